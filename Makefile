@@ -1,0 +1,33 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+SPECS := ../shared/kafka-message-specs
+
+.PHONY: test demo lint typecheck unit gen bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	@if [ -d $(SPECS) ]; then $(PY) tools/gen_protocol.py --check; else echo "($(SPECS) absent: generator check skipped)"; fi
+	$(VENV)/bin/ruff check aiokprod tests tools benchmarks examples
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+demo: $(STAMP)
+	$(PY) -m aiokprod demo
+
+gen: $(STAMP)
+	$(PY) tools/gen_protocol.py
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
