@@ -1,0 +1,101 @@
+"""Request frames and response headers: the bytes around a message body.
+
+A request on the wire is ``int32 size | request header | body``; a response is
+``int32 size | response header | body``. The header version depends on the API and version
+(``header_version`` on every generated class), so framing lives here, once, instead of in
+every caller. Correlation ids are chosen by the connection; this module only writes and reads
+them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol, TypeVar
+
+from aiokprod.errors import ProtocolError
+from aiokprod.protocol._generated import RequestHeader
+from aiokprod.protocol.primitives import INT32, Buf, Chunk, read_unknown_tags, truncated
+
+__all__ = [
+    "RequestMessage",
+    "ResponseMessage",
+    "decode_response",
+    "decode_response_header",
+    "encode_request",
+]
+
+
+class RequestMessage(Protocol):
+    """What :func:`encode_request` needs from a generated request class."""
+
+    API_KEY: ClassVar[int]
+
+    @staticmethod
+    def header_version(version: int) -> int: ...
+
+    def write(self, out: list[Chunk], version: int) -> None: ...
+
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class ResponseMessage(Protocol[R_co]):
+    """What :func:`decode_response` needs from a generated response class."""
+
+    @staticmethod
+    def header_version(version: int) -> int: ...
+
+    def decode(self, data: Buf, version: int) -> R_co: ...
+
+
+def encode_request(
+    request: RequestMessage, version: int, correlation_id: int, client_id: str | None
+) -> bytes:
+    """The complete frame for ``request``: size prefix, request header (v1 or v2), body.
+
+    The body's chunks (including pre-built records) are joined once, so each records buffer
+    is copied exactly one time, into the returned frame.
+    """
+    header = RequestHeader(
+        request_api_key=request.API_KEY,
+        request_api_version=version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    out: list[Chunk] = [b""]
+    header.write(out, request.header_version(version))
+    request.write(out, version)
+    out[0] = INT32.pack(sum(len(chunk) for chunk in out))
+    return b"".join(out)
+
+
+def decode_response_header(frame: memoryview | bytes, header_version: int) -> tuple[int, int]:
+    """Read a response header from ``frame`` (the response without its 4-byte size prefix).
+
+    Returns ``(correlation_id, offset of the body)``. Header v1 carries a tagged-field
+    section, which is skipped (no response-header tags are defined yet).
+    """
+    end = len(frame)
+    if header_version not in (0, 1):
+        raise ValueError(f"unknown response header version {header_version}")
+    if end < 4:
+        raise truncated("ResponseHeader.correlation_id", 4, end)
+    (correlation_id,) = INT32.unpack_from(frame, 0)
+    if header_version == 0:
+        return correlation_id, 4
+    _, pos = read_unknown_tags(frame, 4, end, "ResponseHeader tagged fields")
+    return correlation_id, pos
+
+
+R = TypeVar("R")
+
+
+def decode_response(
+    frame: memoryview | bytes, response_type: ResponseMessage[R], version: int
+) -> tuple[int, R]:
+    """Decode a whole response frame (without size prefix) into ``(correlation_id, body)``."""
+    correlation_id, offset = decode_response_header(frame, response_type.header_version(version))
+    view = memoryview(frame)[offset:]
+    try:
+        return correlation_id, response_type.decode(view, version)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{exc} (correlation id {correlation_id})") from exc
