@@ -1,0 +1,16 @@
+"""RecordBatch v2 under the name docs/DESIGN.md gives it; the code lives in builder/reader."""
+
+from ._layout import HEADER_SIZE, restamp
+from .builder import Headers, RecordBatchBuilder
+from .reader import Record, RecordBatch, read_batches, split_batch
+
+__all__ = [
+    "HEADER_SIZE",
+    "Headers",
+    "Record",
+    "RecordBatch",
+    "RecordBatchBuilder",
+    "read_batches",
+    "restamp",
+    "split_batch",
+]
