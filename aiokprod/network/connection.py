@@ -1,0 +1,556 @@
+"""One TCP connection to one Kafka broker: framing, pipelining, timeouts, clean failure.
+
+Why an ``asyncio.Protocol`` and not streams: the sender pipelines several Produce requests per
+connection and the broker answers them strictly in order, so a response is matched to the head of
+a FIFO of pending requests inside ``data_received``. That costs no coroutine, task or timer per
+response; a reader coroutine awaiting ``readexactly`` twice per frame would.
+
+Invariants (tests assert them through ``statistics()``):
+- every request sent is either answered, failed with the cause, or still pending — never dropped;
+- responses arrive in request order; a correlation id out of order is a ``ProtocolError`` that
+  closes the connection, failing every pending request;
+- one ``TimerHandle`` per connection watches the earliest request deadline; when a request
+  outlives ``request_timeout_ms`` the connection is closed (as the Java client's NetworkClient
+  does: a broker that does not answer one request cannot be trusted with the ones behind it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, cast
+
+from aiokprod.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    ProtocolError,
+    RequestTimeoutError,
+    UnsupportedVersionError,
+)
+from aiokprod.protocol import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    decode_response_header,
+    encode_request,
+)
+from aiokprod.protocol.primitives import Chunk
+
+__all__ = [
+    "BrokerConnection",
+    "ConnectionStatistics",
+    "KafkaRequest",
+    "KafkaResponse",
+]
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_MAX_FRAME = 512 * 1024 * 1024  # a size beyond this is corruption, not a response
+_API_VERSIONS_PREFERRED = 3  # KIP-511 client name/version arrive from v3 (flexible)
+_UNSUPPORTED_VERSION = 35
+
+
+class KafkaResponse(Protocol):
+    """What the connection needs of a generated response class."""
+
+    def decode(self, data: Chunk, version: int, *, strict: bool = True) -> Any: ...
+
+    @staticmethod
+    def header_version(version: int) -> int: ...
+
+
+class KafkaRequest(Protocol):
+    """What the connection needs of a generated request class."""
+
+    API_KEY: ClassVar[int]
+    API_NAME: ClassVar[str]
+    MIN_VERSION: ClassVar[int]
+    MAX_VERSION: ClassVar[int]
+    RESPONSE_TYPE: ClassVar[type[Any]]
+
+    @staticmethod
+    def header_version(version: int) -> int: ...
+
+    def write(self, out: list[Chunk], version: int) -> None: ...
+
+
+class _Pending:
+    """A request written to the socket whose response has not been matched yet."""
+
+    __slots__ = ("api_key", "api_name", "correlation_id", "deadline", "future", "header_version",
+                 "response_type", "sent_at", "version")
+
+    def __init__(
+        self,
+        correlation_id: int,
+        future: asyncio.Future[Any],
+        response_type: type[Any],
+        version: int,
+        header_version: int,
+        deadline: float,
+        api_name: str,
+        sent_at: float,
+        api_key: int,
+    ) -> None:
+        self.api_key = api_key  # for per-API latency metrics
+        self.correlation_id = correlation_id  # matched against the response header
+        self.future = future  # resolved with the decoded response body
+        self.response_type = response_type  # decodes the body
+        self.version = version  # the version the request was encoded with
+        self.header_version = header_version  # response header layout to expect
+        self.deadline = deadline  # monotonic time after which the connection is given up
+        self.api_name = api_name  # for error messages
+        self.sent_at = sent_at  # latency measurement
+
+
+@dataclass(frozen=True)
+class ConnectionStatistics:
+    """A snapshot of one connection's bookkeeping."""
+
+    node_id: int
+    address: str
+    connected: bool
+    in_flight: int
+    requests_sent: int
+    responses_received: int
+    bytes_sent: int
+    bytes_received: int
+    timeouts: int
+    write_paused: bool
+
+
+class _WireProtocol(asyncio.Protocol):
+    """Adapts asyncio's transport callbacks to the connection; holds only the partial frame."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self._conn = conn
+        self._buffer = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._conn._on_connection_made(cast(asyncio.Transport, transport))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buffer
+        buf += data
+        pos = 0
+        end = len(buf)
+        conn = self._conn
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 4 or size > _MAX_FRAME:
+                conn._fail(ProtocolError(f"{conn._name}: invalid response frame size {size}"))
+                return
+            if end - pos - 4 < size:
+                break
+            frame = bytes(buf[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            conn._bytes_received += size + 4
+            if not conn._on_frame(frame):
+                return
+        if pos:
+            del buf[:pos]
+
+    def eof_received(self) -> bool | None:
+        return None  # let the transport close; connection_lost reports it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conn._on_connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._conn._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._conn._write_paused = False
+        waiter = self._conn._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class BrokerConnection:
+    """A pipelined connection to one broker node, with negotiated API versions.
+
+    Use ``await BrokerConnection.open(...)``; it returns once the TCP connection is up and the
+    ApiVersions handshake is done, so ``version_for`` can answer synchronously afterwards.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str = "aiokprod",
+        request_timeout_ms: int = 30000,
+        clock: Callable[[], float] = time.monotonic,
+        software_name: str = "aiokprod",
+        software_version: str = "0.1.0",
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self._clock = clock
+        self._software = (software_name, software_version)
+        self._name = f"[client {client_id}] node {node_id} ({host}:{port})"
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._pending: deque[_Pending] = deque()
+        # correlation ids of requests sent expecting no answer (Produce acks=0); Kafka never
+        # answers them but some brokers (Tansu) do, and such an answer must not look like a
+        # protocol violation. Bounded: only the most recent ones can still be answered.
+        self._unanswered: deque[int] = deque(maxlen=4096)
+        self._next_correlation_id = 0
+        self._closed_cause: KafkaError | None = None
+        self._closed_event = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline = float("inf")
+        self._write_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        # API key -> (broker min, broker max), filled by the handshake
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        self.requests_sent = 0
+        self.responses_received = 0
+        self.bytes_sent = 0
+        self._bytes_received = 0
+        self.timeouts = 0
+        # Called with (api_key, latency_seconds) for every answered request: the metrics hook.
+        self.on_latency: Callable[[int, float], None] | None = None
+
+    # ---- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        *,
+        connect_timeout_ms: int = 10000,
+        **kwargs: Any,
+    ) -> BrokerConnection:
+        """Connect and negotiate versions, bounded by ``socket_connection_setup_timeout_ms``.
+
+        Cancellation closes the half-open socket; nothing is left running.
+        """
+        conn = cls(host, port, **kwargs)
+        try:
+            await asyncio.wait_for(conn._setup(), connect_timeout_ms / 1000)
+        except asyncio.TimeoutError as exc:
+            error = KafkaConnectionError(
+                f"{conn._name}: connection setup did not finish within "
+                f"socket.connection.setup.timeout.ms={connect_timeout_ms}")
+            conn.close(error)
+            raise error from exc
+        except OSError as exc:
+            conn.close(KafkaConnectionError(f"{conn._name}: {exc}"))
+            raise KafkaConnectionError(f"{conn._name}: cannot connect: {exc}") from exc
+        except BaseException:
+            conn.close(KafkaConnectionError(f"{conn._name}: connection setup abandoned"))
+            raise
+        return conn
+
+    async def _setup(self) -> None:
+        await self._loop.create_connection(lambda: _WireProtocol(self), self.host, self.port)
+        await self._handshake()
+
+    async def _handshake(self) -> None:
+        """ApiVersions v3 (client name/version), falling back on UNSUPPORTED_VERSION.
+
+        A broker that does not know v3 answers with error 35 and its own ApiVersions range in a
+        v0 body; we then retry with the highest version it named (v0 for old brokers).
+        """
+        request = ApiVersionsRequest(
+            client_software_name=self._software[0],
+            client_software_version=self._software[1],
+        )
+        version = _API_VERSIONS_PREFERRED
+        for _ in range(3):
+            response = await self.request(request, version=version)
+            if response.error_code == _UNSUPPORTED_VERSION:
+                offered = [k for k in response.api_keys if k.api_key == ApiVersionsRequest.API_KEY]
+                fallback = min(offered[0].max_version, version - 1) if offered else 0
+                if fallback < 0 or fallback >= version:
+                    break
+                log.debug("%s: ApiVersions v%d unsupported, retrying v%d",
+                          self._name, version, fallback)
+                version = fallback
+                continue
+            if response.error_code != 0:
+                raise _broker_error(response.error_code, f"{self._name}: ApiVersions")
+            self.broker_versions = {
+                k.api_key: (k.min_version, k.max_version) for k in response.api_keys
+            }
+            self.api_versions_version = version
+            return
+        raise UnsupportedVersionError(f"{self._name}: broker accepts no ApiVersions version")
+
+    # ---- versions --------------------------------------------------------------------------
+
+    def version_for(self, request_type: type[KafkaRequest] | KafkaRequest, *,
+                    max_version: int | None = None) -> int:
+        """The highest version of ``request_type`` both sides support."""
+        ours_max = request_type.MAX_VERSION if max_version is None else max_version
+        theirs = self.broker_versions.get(request_type.API_KEY)
+        if theirs is None:
+            raise UnsupportedVersionError(
+                f"{self._name}: broker does not support the {request_type.API_NAME} API "
+                f"(api key {request_type.API_KEY})")
+        version = min(ours_max, theirs[1])
+        if version < max(request_type.MIN_VERSION, theirs[0]):
+            raise UnsupportedVersionError(
+                f"{self._name}: no common version of the {request_type.API_NAME} API: "
+                f"broker supports v{theirs[0]}-v{theirs[1]}, aiokprod "
+                f"v{request_type.MIN_VERSION}-v{ours_max}")
+        return version
+
+    # ---- sending ---------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None and self._closed_cause is None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def send(
+        self,
+        request: KafkaRequest,
+        *,
+        version: int | None = None,
+        timeout_ms: int | None = None,
+        expect_response: bool = True,
+    ) -> asyncio.Future[Any]:
+        """Write ``request`` now and return a future of its decoded response.
+
+        Synchronous on purpose: the sender writes several requests per wake-up without a
+        coroutine each. With ``expect_response=False`` (Produce with acks=0, which the broker
+        never answers) the future resolves to None once the bytes are handed to the transport.
+        """
+        future: asyncio.Future[Any] = self._loop.create_future()
+        cause = self._closed_cause
+        transport = self._transport
+        if cause is not None or transport is None:
+            future.set_exception(KafkaConnectionError(
+                f"{self._name}: connection is closed" + (f" ({cause})" if cause else "")))
+            return future
+        if version is None:
+            version = self.version_for(type(request))
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        frame = encode_request(request, version, correlation_id, self.client_id)
+        now = self._clock()
+        if expect_response:
+            timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+            deadline = now + timeout
+            self._pending.append(_Pending(
+                correlation_id, future, request.RESPONSE_TYPE, version,
+                request.RESPONSE_TYPE.header_version(version), deadline, request.API_NAME, now,
+                request.API_KEY))
+            if deadline < self._timer_deadline:
+                self._arm_timer(deadline)
+        transport.write(frame)
+        self.requests_sent += 1
+        self.bytes_sent += len(frame)
+        if not expect_response:
+            self._unanswered.append(correlation_id)
+            future.set_result(None)
+        return future
+
+    async def request(
+        self,
+        request: KafkaRequest,
+        *,
+        version: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> Any:
+        """Send and await the response, bounded by ``request_timeout_ms``.
+
+        Cancelling the caller does not cancel the request on the wire (it cannot be unsent);
+        its response is read and dropped, so the connection stays usable.
+        """
+        future = self.send(request, version=version, timeout_ms=timeout_ms)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(_retrieve)  # its outcome has no reader any more
+            raise
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is above its high-water mark."""
+        if not self._write_paused or self._closed_cause is not None:
+            return
+        if self._drain_waiter is None or self._drain_waiter.done():
+            self._drain_waiter = self._loop.create_future()
+        await asyncio.shield(self._drain_waiter)
+
+    # ---- receiving -------------------------------------------------------------------------
+
+    def _on_frame(self, frame: bytes) -> bool:
+        """Match one response frame to the oldest pending request. False if the link broke."""
+        if self._unanswered and len(frame) >= 4 and \
+                int.from_bytes(frame[:4], "big", signed=True) in self._unanswered:
+            self._unanswered.remove(int.from_bytes(frame[:4], "big", signed=True))
+            return True  # an answer to a request that expects none (see _unanswered)
+        if not self._pending:
+            self._fail(ProtocolError(f"{self._name}: response received with no request pending"))
+            return False
+        pending = self._pending[0]
+        try:
+            correlation_id, offset = decode_response_header(frame, pending.header_version)
+        except ProtocolError as exc:
+            self._fail(ProtocolError(f"{self._name}: bad response header: {exc}"))
+            return False
+        if correlation_id != pending.correlation_id:
+            self._fail(ProtocolError(
+                f"{self._name}: correlation id {correlation_id} does not match the oldest "
+                f"pending request ({pending.api_name}, id {pending.correlation_id})"))
+            return False
+        self._pending.popleft()
+        self.responses_received += 1
+        body = memoryview(frame)[offset:]
+        try:
+            try:
+                response = pending.response_type.decode(body, pending.version, strict=False)
+            except ProtocolError:
+                # A broker that does not support the ApiVersions version we asked for answers
+                # UNSUPPORTED_VERSION in a v0 body (KIP-511); every other API fails here.
+                if pending.response_type is not ApiVersionsResponse or pending.version == 0:
+                    raise
+                response = _unsupported_api_versions(body)
+        except ProtocolError as exc:
+            error = ProtocolError(
+                f"{self._name}: malformed {pending.api_name} v{pending.version} response: {exc}")
+            if not pending.future.done():
+                pending.future.set_exception(error)
+            self._fail(error)
+            return False
+        if self.on_latency is not None:
+            self.on_latency(pending.api_key, self._clock() - pending.sent_at)
+        if not pending.future.done():
+            pending.future.set_result(response)
+        return True
+
+    # ---- timeouts --------------------------------------------------------------------------
+
+    def _arm_timer(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_deadline = deadline
+        delay = max(0.0, deadline - self._clock())
+        self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_deadline = float("inf")
+        if not self._pending:
+            return
+        now = self._clock()
+        expired = [p for p in self._pending if p.deadline <= now]
+        if expired:
+            self.timeouts += 1
+            first = expired[0]
+            error = RequestTimeoutError(
+                f"{self._name}: {first.api_name} request (correlation id "
+                f"{first.correlation_id}) got no response within request.timeout.ms="
+                f"{round((first.deadline - first.sent_at) * 1000)}; disconnecting")
+            for p in expired:
+                if not p.future.done():
+                    p.future.set_exception(error)
+            self._fail(KafkaConnectionError(
+                f"{self._name}: disconnected after a request timed out"))
+            return
+        self._arm_timer(min(p.deadline for p in self._pending))
+
+    # ---- closing ---------------------------------------------------------------------------
+
+    def _on_connection_made(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def _on_connection_lost(self, exc: Exception | None) -> None:
+        reason = f": {exc}" if exc else ""
+        self._fail(KafkaConnectionError(f"{self._name}: connection closed by broker{reason}"))
+
+    def _fail(self, cause: KafkaError) -> None:
+        """Close once; fail every pending request with ``cause``."""
+        if self._closed_cause is None:
+            self._closed_cause = cause
+            level = logging.DEBUG if isinstance(cause, KafkaConnectionError) else logging.WARNING
+            log.log(level, "%s: closing: %s (%d in flight)", self._name, cause, len(self._pending))
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._timer_deadline = float("inf")
+        pending, self._pending = self._pending, deque()
+        for p in pending:
+            if not p.future.done():
+                p.future.set_exception(self._closed_cause)
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+        if self._transport is not None:
+            self._transport.abort()
+        self._closed_event.set()
+
+    def close(self, cause: KafkaError | None = None) -> None:
+        """Close now; pending requests fail with ``cause`` (or 'closed by the client')."""
+        self._fail(cause or KafkaConnectionError(f"{self._name}: connection closed by the client"))
+
+    @property
+    def closed_cause(self) -> KafkaError | None:
+        return self._closed_cause
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    # ---- introspection ---------------------------------------------------------------------
+
+    def statistics(self) -> ConnectionStatistics:
+        return ConnectionStatistics(
+            node_id=self.node_id,
+            address=f"{self.host}:{self.port}",
+            connected=self.connected,
+            in_flight=len(self._pending),
+            requests_sent=self.requests_sent,
+            responses_received=self.responses_received,
+            bytes_sent=self.bytes_sent,
+            bytes_received=self._bytes_received,
+            timeouts=self.timeouts,
+            write_paused=self._write_paused,
+        )
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else f"closed ({self._closed_cause})"
+        return (f"<BrokerConnection node={self.node_id} {self.host}:{self.port} {state} "
+                f"in_flight={len(self._pending)} sent={self.requests_sent}>")
+
+
+def _broker_error(code: int, context: str) -> KafkaError:
+    from aiokprod.errors import error_for_code
+
+    cls = error_for_code(code)
+    return cls(f"{context}: {cls.message}")
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _unsupported_api_versions(body: memoryview) -> Any:
+    """Read an ApiVersions answer to a version the broker does not support.
+
+    Kafka brokers answer in a v0 body listing their ApiVersions range; others (librdkafka's
+    mock cluster) send only the error code in a layout of their own. Either way the error code
+    leads the body, which is all the fallback needs (the Java client relies on the same).
+    """
+    try:
+        return ApiVersionsResponse.decode(body, 0)
+    except ProtocolError:
+        if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == _UNSUPPORTED_VERSION:
+            return ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=[])
+        raise

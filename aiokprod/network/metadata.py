@@ -1,0 +1,167 @@
+"""Immutable views of cluster metadata, and the rules for merging a new response into them.
+
+Kept apart from the I/O in ``cluster.py`` so the merge rules (stale leader epochs, unknown
+topics, KIP-951 leader hints) are plain functions tests can drive without a broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BrokerNode",
+    "ClusterView",
+    "PartitionMetadata",
+    "TopicMetadata",
+    "TopicPartition",
+    "merge_metadata_response",
+]
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerNode:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    partition: int
+    leader: int  # -1 while the partition has no leader (election in progress)
+    leader_epoch: int  # -1 when the broker does not report epochs (Metadata < v7)
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    partitions: Mapping[int, PartitionMetadata]
+    # sorted partition ids, and those with a leader: the partitioner's two inputs
+    partition_ids: tuple[int, ...] = field(default=())
+    available_partitions: tuple[int, ...] = field(default=())
+    topic_id: Any = None
+    is_internal: bool = False
+
+    @classmethod
+    def build(cls, name: str, partitions: Iterable[PartitionMetadata], topic_id: Any = None,
+              is_internal: bool = False) -> TopicMetadata:
+        by_id = {p.partition: p for p in partitions}
+        ids = tuple(sorted(by_id))
+        available = tuple(i for i in ids if by_id[i].leader >= 0)
+        return cls(name, by_id, ids, available, topic_id, is_internal)
+
+    def leader(self, partition: int) -> int:
+        p = self.partitions.get(partition)
+        return -1 if p is None else p.leader
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """One consistent snapshot; replaced whole on every update, never mutated."""
+
+    brokers: Mapping[int, BrokerNode]
+    topics: Mapping[str, TopicMetadata]
+    cluster_id: str | None = None
+    controller_id: int = -1
+    # topic -> error code for topics the last response reported as failed
+    topic_errors: Mapping[str, int] = field(default_factory=dict)
+
+    def with_leader(self, tp: TopicPartition, leader: int, leader_epoch: int,
+                    new_brokers: Iterable[BrokerNode] = ()) -> ClusterView | None:
+        """Apply a KIP-951 leader hint from a Produce response; None if it is stale."""
+        topic = self.topics.get(tp.topic)
+        if topic is None:
+            return None
+        current = topic.partitions.get(tp.partition)
+        if current is None or leader < 0:
+            return None
+        if 0 <= leader_epoch <= current.leader_epoch:
+            return None  # not newer than what we have
+        brokers = dict(self.brokers)
+        for b in new_brokers:
+            brokers[b.node_id] = b
+        if leader not in brokers:
+            return None  # we would not know where to send: wait for a full refresh
+        updated = PartitionMetadata(tp.partition, leader, leader_epoch, current.replicas,
+                                    current.isr, current.offline_replicas, 0)
+        parts = dict(topic.partitions)
+        parts[tp.partition] = updated
+        topics = dict(self.topics)
+        topics[tp.topic] = TopicMetadata.build(topic.name, parts.values(), topic.topic_id,
+                                               topic.is_internal)
+        return ClusterView(brokers, topics, self.cluster_id, self.controller_id,
+                           self.topic_errors)
+
+
+def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[ClusterView, list[str]]:
+    """Merge a MetadataResponse into ``previous``.
+
+    Returns the new view and the topics whose partitions changed leader. Rules:
+    - brokers are replaced by the response's list (it is always complete);
+    - a topic with an error keeps its previous metadata (the Java client does the same for
+      retriable errors) and the error is recorded so waiters can fail fast on fatal ones;
+    - a partition whose leader epoch is older than the one we know is stale (the response came
+      from a broker that has not caught up) and the known partition is kept.
+    """
+    brokers = {
+        b.node_id: BrokerNode(b.node_id, b.host, b.port, getattr(b, "rack", None))
+        for b in response.brokers
+    }
+    topics = dict(previous.topics)
+    errors: dict[str, int] = {}
+    moved: list[str] = []
+    for t in response.topics:
+        name = t.name
+        if name is None:
+            continue
+        if t.error_code != 0:
+            errors[name] = t.error_code
+            if t.error_code == UNKNOWN_TOPIC_OR_PARTITION:
+                topics.pop(name, None)  # deleted or not created yet
+            continue
+        old = previous.topics.get(name)
+        parts: list[PartitionMetadata] = []
+        changed = False
+        for p in t.partitions:
+            epoch = getattr(p, "leader_epoch", -1)
+            known = old.partitions.get(p.partition_index) if old is not None else None
+            if known is not None and 0 <= epoch < known.leader_epoch:
+                parts.append(known)
+                continue
+            leader = p.leader_id if p.error_code != LEADER_NOT_AVAILABLE else -1
+            if known is not None and known.leader != leader:
+                changed = True
+            parts.append(PartitionMetadata(
+                p.partition_index, leader, epoch, tuple(p.replica_nodes), tuple(p.isr_nodes),
+                tuple(getattr(p, "offline_replicas", ())), p.error_code))
+        topics[name] = TopicMetadata.build(name, parts, getattr(t, "topic_id", None),
+                                           getattr(t, "is_internal", False))
+        if changed:
+            moved.append(name)
+    view = ClusterView(
+        brokers, topics, getattr(response, "cluster_id", None),
+        getattr(response, "controller_id", -1), errors)
+    return view, moved

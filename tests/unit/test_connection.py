@@ -1,0 +1,218 @@
+"""BrokerConnection over a real loopback socket against a scripted Kafka-speaking server."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from support.scripted_broker import ScriptedBroker, ScriptedRequest
+
+from aiokprod.errors import (
+    KafkaConnectionError,
+    ProtocolError,
+    RequestTimeoutError,
+    UnsupportedVersionError,
+)
+from aiokprod.network.connection import BrokerConnection
+from aiokprod.protocol import MetadataRequest, MetadataResponse, ProduceRequest
+
+
+def metadata_answer(req: ScriptedRequest) -> bytes:
+    return req.respond(MetadataResponse(
+        brokers=[MetadataResponse.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=1)],
+        topics=[]))
+
+
+async def open_conn(broker: ScriptedBroker, **kwargs: object) -> BrokerConnection:
+    return await BrokerConnection.open("127.0.0.1", broker.port, node_id=1, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_handshake_negotiates_highest_common_version() -> None:
+    async with ScriptedBroker(versions={18: (0, 3), 3: (0, 7), 0: (3, 8)}) as broker:
+        conn = await open_conn(broker)
+        try:
+            assert broker.received[0].api_version == 3
+            assert broker.received[0].body.client_software_name == "aiokprod"
+            assert conn.version_for(MetadataRequest) == 7
+            assert conn.version_for(ProduceRequest) == 8
+        finally:
+            conn.close()
+
+
+async def test_api_versions_falls_back_when_broker_rejects_v3() -> None:
+    async with ScriptedBroker(reject_api_versions_above=2) as broker:
+        broker.versions = None
+        conn = await open_conn(broker)
+        try:
+            assert [r.api_version for r in broker.received] == [3, 2]
+        finally:
+            conn.close()
+
+
+async def test_no_common_version_names_the_api() -> None:
+    async with ScriptedBroker(versions={18: (0, 3), 3: (50, 60)}) as broker:
+        conn = await open_conn(broker)
+        try:
+            with pytest.raises(UnsupportedVersionError, match="Metadata"):
+                conn.version_for(MetadataRequest)
+            with pytest.raises(UnsupportedVersionError, match="Produce"):
+                conn.version_for(ProduceRequest)
+        finally:
+            conn.close()
+
+
+async def test_pipelined_requests_are_matched_in_order() -> None:
+    gate = asyncio.Event()
+
+    async def slow_first(req: ScriptedRequest) -> bytes:
+        if len(broker.received) == 2:  # the first Metadata waits until all are sent
+            await gate.wait()
+        return metadata_answer(req)
+
+    async with ScriptedBroker(handler=slow_first) as broker:
+        conn = await open_conn(broker)
+        try:
+            futures = [conn.send(MetadataRequest(topics=[])) for _ in range(5)]
+            await asyncio.sleep(0.05)
+            assert conn.in_flight == 5
+            gate.set()
+            responses = await asyncio.gather(*futures)
+            assert all(r.brokers[0].node_id == 1 for r in responses)
+            ids = [r.correlation_id for r in broker.received[1:]]
+            assert ids == sorted(ids)
+            assert conn.statistics().in_flight == 0
+            assert conn.statistics().responses_received == 6
+        finally:
+            conn.close()
+
+
+async def test_request_timeout_fails_it_and_closes_connection() -> None:
+    async with ScriptedBroker(handler=lambda req: None) as broker:
+        conn = await open_conn(broker, request_timeout_ms=100)
+        first = conn.send(MetadataRequest(topics=[]))
+        second = conn.send(MetadataRequest(topics=[]), timeout_ms=10_000)
+        with pytest.raises(RequestTimeoutError, match=r"request.timeout.ms=100"):
+            await first
+        with pytest.raises(KafkaConnectionError):
+            await second
+        assert not conn.connected
+        assert conn.statistics().timeouts == 1
+        late = conn.send(MetadataRequest(topics=[]))
+        with pytest.raises(KafkaConnectionError, match="closed"):
+            await late
+
+
+async def test_truncated_garbage_response_is_protocol_error_not_hang() -> None:
+    def garbage(req: ScriptedRequest) -> bytes:
+        body = struct.pack(">i", req.correlation_id) + b"\x00\x01"  # header + 2 stray bytes
+        return struct.pack(">i", len(body)) + body
+
+    async with ScriptedBroker(handler=garbage) as broker:
+        conn = await open_conn(broker)
+        pending = conn.send(MetadataRequest(topics=[]), version=1)
+        with pytest.raises(ProtocolError, match="Metadata"):
+            await asyncio.wait_for(pending, 5)
+        assert not conn.connected
+        assert isinstance(conn.closed_cause, ProtocolError)
+
+
+async def test_wrong_correlation_id_closes_with_protocol_error() -> None:
+    def wrong_id(req: ScriptedRequest) -> bytes:
+        req.correlation_id += 1000
+        return metadata_answer(req)
+
+    async with ScriptedBroker(handler=wrong_id) as broker:
+        conn = await open_conn(broker)
+        with pytest.raises(ProtocolError, match="correlation id"):
+            await asyncio.wait_for(conn.send(MetadataRequest(topics=[])), 5)
+
+
+async def test_absurd_frame_size_is_protocol_error() -> None:
+    async with ScriptedBroker(handler=lambda req: struct.pack(">i", -7)) as broker:
+        conn = await open_conn(broker)
+        with pytest.raises(ProtocolError, match="frame size"):
+            await asyncio.wait_for(conn.send(MetadataRequest(topics=[])), 5)
+
+
+async def test_broker_closing_fails_everything_in_flight() -> None:
+    async def close_on_request(req: ScriptedRequest) -> None:
+        for w in broker.writers:
+            w.close()
+
+    async with ScriptedBroker(handler=close_on_request) as broker:
+        conn = await open_conn(broker)
+        futures = [conn.send(MetadataRequest(topics=[])) for _ in range(3)]
+        for fut in futures:
+            with pytest.raises(KafkaConnectionError):
+                await asyncio.wait_for(fut, 5)
+        assert conn.in_flight == 0
+
+
+async def test_client_close_fails_in_flight_with_clear_error() -> None:
+    async with ScriptedBroker(handler=lambda req: None) as broker:
+        conn = await open_conn(broker)
+        fut = conn.send(MetadataRequest(topics=[]))
+        conn.close()
+        with pytest.raises(KafkaConnectionError, match="closed by the client"):
+            await fut
+        assert "closed" in repr(conn)
+
+
+async def test_connect_refused_is_connection_error() -> None:
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(KafkaConnectionError, match="cannot connect"):
+        await BrokerConnection.open("127.0.0.1", port, connect_timeout_ms=2000)
+
+
+async def test_connect_timeout_names_the_setting() -> None:
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(5)
+
+    server = await asyncio.start_server(mute, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(KafkaConnectionError, match="socket.connection.setup.timeout.ms"):
+            await BrokerConnection.open("127.0.0.1", port, connect_timeout_ms=200)
+    finally:
+        server.close()
+
+
+async def test_cancelled_caller_leaves_connection_usable() -> None:
+    gate = asyncio.Event()
+
+    async def gated(req: ScriptedRequest) -> bytes:
+        await gate.wait()
+        return metadata_answer(req)
+
+    async with ScriptedBroker(handler=gated) as broker:
+        conn = await open_conn(broker)
+        try:
+            task = asyncio.ensure_future(conn.request(MetadataRequest(topics=[])))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            gate.set()
+            response = await asyncio.wait_for(conn.request(MetadataRequest(topics=[])), 5)
+            assert response.brokers[0].node_id == 1
+            assert conn.connected
+        finally:
+            conn.close()
+
+
+async def test_answer_to_a_request_sent_without_expecting_one_is_ignored() -> None:
+    """Tansu answers Produce with acks=0; Kafka does not. Either must keep the link healthy."""
+    async with ScriptedBroker(handler=metadata_answer) as broker:
+        conn = await open_conn(broker)
+        try:
+            unanswered = conn.send(MetadataRequest(topics=[]), expect_response=False)
+            assert unanswered.done() and unanswered.result() is None
+            response = await asyncio.wait_for(conn.request(MetadataRequest(topics=[])), 5)
+            assert response.brokers[0].node_id == 1
+            assert conn.connected
+        finally:
+            conn.close()
