@@ -1,0 +1,457 @@
+"""Producer configuration: one validated frozen object, Java's names and defaults.
+
+Fields are Java's producer configs with dots turned into underscores (``linger.ms`` ->
+``linger_ms``; ``partitioner.class`` -> ``partitioner``, ``interceptor.classes`` ->
+``interceptors``), with Java's (Kafka 4.x) defaults and ranges, so what people know about tuning
+a Java producer carries over. :meth:`ProducerConfig.from_mapping` reads Java property maps.
+
+The constructor is hand-written rather than generated because inputs and stored values differ:
+``acks="all"`` is stored as ``-1``, a comma-separated ``bootstrap_servers`` as a tuple, and two
+keys must know whether the user set them at all, as Java's ``originals().containsKey`` does:
+
+* ``enable_idempotence``: Java's default is on, but when it was *not* set and ``acks`` or
+  ``retries`` conflict with it, Java silently turns it off; set explicitly, the conflict is an
+  error. ``idempotence_disabled_reason`` says why it was turned off, for the producer to log.
+* ``delivery_timeout_ms``: must be >= ``linger_ms + request_timeout_ms``; set explicitly too
+  small it is an error, left at its default it is raised to that sum.
+
+Stored values are always resolved (``enable_idempotence`` is a bool, ``delivery_timeout_ms`` an
+int). ``dataclasses.replace`` passes every field back in, so in a replaced config every field
+counts as set explicitly: ``replace(ProducerConfig(...), acks=0)`` raises, asking for
+``enable_idempotence=False`` too, rather than silently dropping idempotence.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from aiokprod.errors import ConfigError
+
+__all__ = ["COMPRESSION_TYPES", "ProducerConfig", "java_name"]
+
+COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+_SECURITY_SUPPORTED = ("PLAINTEXT",)
+_SECURITY_LATER = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+# Java's ZSTD level bounds (Zstd.minCompressionLevel() is -(1 << 17)).
+_ZSTD_MIN, _ZSTD_MAX = -131072, 22
+_client_ids = itertools.count(1)
+
+# Python names whose Java name is not just "dots for underscores".
+_JAVA_OVERRIDES = {"partitioner": "partitioner.class", "interceptors": "interceptor.classes"}
+
+# Integer keys whose only rule is a range: name -> (lowest, highest), Java's validators.
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "linger_ms": (0, _LONG_MAX),
+    "batch_size": (0, _INT_MAX),
+    "buffer_memory": (0, _LONG_MAX),
+    "max_block_ms": (0, _LONG_MAX),
+    "request_timeout_ms": (0, _INT_MAX),
+    "retries": (0, _INT_MAX),
+    "retry_backoff_ms": (0, _LONG_MAX),
+    "retry_backoff_max_ms": (0, _LONG_MAX),
+    "reconnect_backoff_ms": (0, _LONG_MAX),
+    "reconnect_backoff_max_ms": (0, _LONG_MAX),
+    "max_in_flight_requests_per_connection": (1, _INT_MAX),
+    "max_request_size": (0, _INT_MAX),
+    "metadata_max_age_ms": (0, _LONG_MAX),
+    "metadata_max_idle_ms": (5000, _LONG_MAX),
+    "compression_lz4_level": (1, 17),
+    "compression_zstd_level": (_ZSTD_MIN, _ZSTD_MAX),
+    "partitioner_availability_timeout_ms": (0, _LONG_MAX),
+    "transaction_timeout_ms": (0, _INT_MAX),
+    "connections_max_idle_ms": (-1, _LONG_MAX),
+    "send_buffer_bytes": (-1, _INT_MAX),
+    "receive_buffer_bytes": (-1, _INT_MAX),
+    "socket_connection_setup_timeout_ms": (0, _LONG_MAX),
+    "socket_connection_setup_timeout_max_ms": (0, _LONG_MAX),
+    # Java allows a 0 ms window; a rate over a 0 ms window is undefined, so 1 ms is the floor.
+    "metrics_sample_window_ms": (1, _LONG_MAX),
+    "metrics_num_samples": (1, _INT_MAX),
+}
+_BOOLS = ("partitioner_ignore_keys", "partitioner_adaptive_partitioning_enable")
+_CALLABLES = ("partitioner", "key_serializer", "value_serializer")
+
+
+def java_name(python_name: str) -> str:
+    """The Java config key for a field name (``linger_ms`` -> ``linger.ms``)."""
+    return _JAVA_OVERRIDES.get(python_name, python_name.replace("_", "."))
+
+
+def _fail(name: str, value: object, allowed: str) -> ConfigError:
+    return ConfigError(
+        f"Invalid value {value!r} for configuration {java_name(name)} ({name}): {allowed}"
+    )
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(name, value, f"expected an integer in [{low}, {high}]")
+    if not low <= value <= high:
+        raise _fail(name, value, f"must be in [{low}, {high}]")
+    return value
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(name, value, "expected True or False")
+    return value
+
+
+def _parse_acks(value: object) -> int:
+    text = str(value).strip().lower() if not isinstance(value, bool) else ""
+    mapping = {"all": -1, "-1": -1, "0": 0, "1": 1}
+    if text not in mapping:
+        raise _fail("acks", value, 'must be one of "all", "-1", "0", "1" (or the ints -1, 0, 1)')
+    return mapping[text]
+
+
+def _parse_address(entry: str, given: object) -> str:
+    if entry.startswith("["):
+        host, sep, port = entry[1:].partition("]:")
+    else:
+        host, sep, port = entry.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise _fail("bootstrap_servers", given, f'entry {entry!r} is not "host:port"')
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _parse_bootstrap(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        entries: list[object] = list(value.split(","))
+    elif isinstance(value, Sequence):
+        entries = list(value)
+    else:
+        raise _fail("bootstrap_servers", value, 'expected "host:port[,host:port...]" or a list')
+    servers: list[str] = []
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise _fail("bootstrap_servers", value, f"entry {entry!r} is not a string")
+        if entry.strip():
+            servers.append(_parse_address(entry.strip(), value))
+    if not servers:
+        raise _fail("bootstrap_servers", value, "at least one host:port is required")
+    return tuple(servers)
+
+
+def _parse_choice(name: str, value: object, choices: Sequence[str], upper: bool) -> str:
+    if isinstance(value, str):
+        text = value.strip().upper() if upper else value.strip().lower()
+        if text in choices:
+            return text
+    raise _fail(name, value, f"must be one of {', '.join(choices)}")
+
+
+@dataclass(frozen=True, init=False)
+class ProducerConfig:
+    """The producer's whole configuration; see the module docstring for the rules."""
+
+    # Brokers to ask for metadata first; only a bootstrap, the cluster tells us the rest.
+    bootstrap_servers: tuple[str, ...]
+    # Names this client in broker logs and quotas; "" becomes aiokprod-producer-N like Java.
+    client_id: str
+    # Replicas that must have a record before it counts as written: -1 (all), 0 or 1.
+    acks: int
+    # Exactly-once per partition via producer id + sequences; resolved (see module docstring).
+    enable_idempotence: bool
+    # How long a partition's batch may wait for more records before it is sendable.
+    linger_ms: int
+    # Target batch size in bytes: the pool's poolable buffer size and the sticky switch point.
+    batch_size: int
+    # Bound on all memory held by unsent batches; send() waits when it is used up.
+    buffer_memory: int
+    # Bound on how long send() may wait for metadata or memory.
+    max_block_ms: int
+    # Bound on the wait for one request's response.
+    request_timeout_ms: int
+    # Bound from send() to success or failure, retries included; resolved (module docstring).
+    delivery_timeout_ms: int
+    # Bound on retries of a failed batch (delivery_timeout_ms usually bounds first).
+    retries: int
+    # First wait before retrying a failed request.
+    retry_backoff_ms: int
+    # Cap on the exponentially growing retry wait.
+    retry_backoff_max_ms: int
+    # First wait before reconnecting to a broker.
+    reconnect_backoff_ms: int
+    # Cap on the exponentially growing reconnect wait.
+    reconnect_backoff_max_ms: int
+    # Bound on unanswered requests per connection. Not capped at 5 with idempotence: KIP-1269
+    # (seed 002) moves the dedup-window limit to a separate per-partition in-flight check.
+    max_in_flight_requests_per_connection: int
+    # Bound on one produce request's size, and so on the largest record.
+    max_request_size: int
+    # Metadata is refreshed at least this often even without errors.
+    metadata_max_age_ms: int
+    # Metadata of a topic not produced to for this long is dropped.
+    metadata_max_idle_ms: int
+    # Codec for batches: none, gzip, snappy, lz4, zstd.
+    compression_type: str
+    # gzip level: 1..9, or -1 for the codec default (KIP-390).
+    compression_gzip_level: int
+    # lz4 level 1..17 (KIP-390).
+    compression_lz4_level: int
+    # zstd level -131072..22 (KIP-390).
+    compression_zstd_level: int
+    # User partitioner (topic, key, all_partitions, available_partitions) -> partition, or None.
+    partitioner: Callable[..., int] | None
+    # Treat keyed records like unkeyed ones (sticky) instead of hashing the key.
+    partitioner_ignore_keys: bool
+    # Weight the sticky choice away from partitions with long queues (KIP-794).
+    partitioner_adaptive_partitioning_enable: bool
+    # Leave out partitions whose leader could not take data for this long; 0 disables.
+    partitioner_availability_timeout_ms: int
+    # Turns keys into bytes; None means keys must already be bytes.
+    key_serializer: Callable[..., bytes | None] | None
+    # Turns values into bytes; None means values must already be bytes.
+    value_serializer: Callable[..., bytes | None] | None
+    # Objects seeing each record before send and each acknowledgement after.
+    interceptors: tuple[object, ...]
+    # Identity surviving restarts, for transactions and zombie fencing; needs idempotence.
+    transactional_id: str | None
+    # Bound the coordinator puts on an open transaction.
+    transaction_timeout_ms: int
+    # Idle connections are closed after this long; -1 never.
+    connections_max_idle_ms: int
+    # SO_SNDBUF for broker sockets; -1 keeps the OS default.
+    send_buffer_bytes: int
+    # SO_RCVBUF for broker sockets; -1 keeps the OS default.
+    receive_buffer_bytes: int
+    # Only PLAINTEXT for now.
+    security_protocol: str
+    # First bound on establishing a connection.
+    socket_connection_setup_timeout_ms: int
+    # Cap on the exponentially growing connection setup bound.
+    socket_connection_setup_timeout_max_ms: int
+    # Length of one metrics sample window.
+    metrics_sample_window_ms: int
+    # Sample windows kept for rates and averages.
+    metrics_num_samples: int
+    # Why idempotence was turned off although not disabled explicitly; None when it was not.
+    idempotence_disabled_reason: str | None = field(default=None, init=False)
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | Sequence[str],
+        client_id: str = "",
+        acks: int | str = "all",
+        enable_idempotence: bool | None = None,
+        linger_ms: int = 5,
+        batch_size: int = 16384,
+        buffer_memory: int = 33554432,
+        max_block_ms: int = 60000,
+        request_timeout_ms: int = 30000,
+        delivery_timeout_ms: int | None = None,
+        retries: int = _INT_MAX,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        reconnect_backoff_ms: int = 50,
+        reconnect_backoff_max_ms: int = 1000,
+        max_in_flight_requests_per_connection: int = 5,
+        max_request_size: int = 1048576,
+        metadata_max_age_ms: int = 300000,
+        metadata_max_idle_ms: int = 300000,
+        compression_type: str = "none",
+        compression_gzip_level: int = -1,
+        compression_lz4_level: int = 9,
+        compression_zstd_level: int = 3,
+        partitioner: Callable[..., int] | None = None,
+        partitioner_ignore_keys: bool = False,
+        partitioner_adaptive_partitioning_enable: bool = True,
+        partitioner_availability_timeout_ms: int = 0,
+        key_serializer: Callable[..., bytes | None] | None = None,
+        value_serializer: Callable[..., bytes | None] | None = None,
+        interceptors: Sequence[object] = (),
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60000,
+        connections_max_idle_ms: int = 540000,
+        send_buffer_bytes: int = 131072,
+        receive_buffer_bytes: int = 32768,
+        security_protocol: str = "PLAINTEXT",
+        socket_connection_setup_timeout_ms: int = 10000,
+        socket_connection_setup_timeout_max_ms: int = 30000,
+        metrics_sample_window_ms: int = 30000,
+        metrics_num_samples: int = 2,
+    ) -> None:
+        given: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
+        for name, (low, high) in _INT_RANGES.items():
+            _check_int(name, given[name], low, high)
+        for name in _BOOLS:
+            _check_bool(name, given[name])
+        for name in _CALLABLES:
+            if given[name] is not None and not callable(given[name]):
+                raise _fail(name, given[name], "expected a callable or None")
+        if not isinstance(interceptors, Sequence) or isinstance(interceptors, str):
+            raise _fail("interceptors", interceptors, "expected a sequence of interceptor objects")
+        given["interceptors"] = tuple(interceptors)
+        given["bootstrap_servers"] = _parse_bootstrap(bootstrap_servers)
+        given["acks"] = _parse_acks(acks)
+        given["compression_type"] = _parse_choice(
+            "compression_type", compression_type, COMPRESSION_TYPES, upper=False
+        )
+        if compression_gzip_level != -1:
+            _check_int("compression_gzip_level", compression_gzip_level, 1, 9)
+        given["security_protocol"] = self._security(security_protocol)
+        if transactional_id is not None and (
+            not isinstance(transactional_id, str) or not transactional_id
+        ):
+            raise _fail("transactional_id", transactional_id, "expected a non-empty string or None")
+        if not isinstance(client_id, str):
+            raise _fail("client_id", client_id, "expected a string")
+        if not client_id:
+            suffix = transactional_id if transactional_id else str(next(_client_ids))
+            given["client_id"] = f"aiokprod-producer-{suffix}"
+        given["delivery_timeout_ms"] = self._delivery_timeout(given)
+        given["enable_idempotence"], reason = self._idempotence(given)
+        given["idempotence_disabled_reason"] = reason
+        for name, value in given.items():
+            object.__setattr__(self, name, value)
+
+    @staticmethod
+    def _security(value: object) -> str:
+        if isinstance(value, str) and value.strip().upper() in _SECURITY_LATER:
+            raise _fail(
+                "security_protocol", value, "not supported yet (only PLAINTEXT is implemented)"
+            )
+        return _parse_choice(
+            "security_protocol", value, _SECURITY_SUPPORTED + _SECURITY_LATER, upper=True
+        )
+
+    @staticmethod
+    def _delivery_timeout(given: Mapping[str, Any]) -> int:
+        """Java's ``configureDeliveryTimeout``: a batch must get at least one full linger and one
+        full request before it may expire."""
+        floor: int = min(given["linger_ms"] + given["request_timeout_ms"], _INT_MAX)
+        if given["delivery_timeout_ms"] is None:
+            return max(120000, floor)
+        value = _check_int("delivery_timeout_ms", given["delivery_timeout_ms"], 0, _INT_MAX)
+        if value < floor:
+            raise _fail(
+                "delivery_timeout_ms",
+                value,
+                f"must be >= linger.ms + request.timeout.ms (linger_ms + request_timeout_ms) "
+                f"= {given['linger_ms']} + {given['request_timeout_ms']} = {floor}",
+            )
+        return value
+
+    @staticmethod
+    def _idempotence(given: Mapping[str, Any]) -> tuple[bool, str | None]:
+        """Java's ``postProcessAndValidateIdempotenceConfigs``, minus the in-flight cap
+        (KIP-1269, seed 002)."""
+        requested = given["enable_idempotence"]
+        if requested is not None:
+            _check_bool("enable_idempotence", requested)
+        explicit = requested is not None
+        enabled = bool(requested) if explicit else True
+        reason: str | None = None
+        if enabled:
+            conflicts: list[tuple[str, object, str]] = []
+            if given["retries"] == 0:
+                conflicts.append(("retries", 0, "must be > 0 for the idempotent producer"))
+            if given["acks"] != -1:
+                conflicts.append(
+                    ("acks", given["acks"], 'must be "all" (-1) for the idempotent producer')
+                )
+            if conflicts and explicit:
+                name, value, allowed = conflicts[0]
+                raise _fail(
+                    name,
+                    value,
+                    f"{allowed}; enable.idempotence (enable_idempotence) is True (set it to "
+                    f"False to use {java_name(name)}={value})",
+                )
+            if conflicts:
+                enabled = False
+                reason = (
+                    "; ".join(f"{java_name(n)}={v!r} ({n})" for n, v, _ in conflicts)
+                    + " cannot be used with idempotence, and enable.idempotence was not set"
+                )
+        if given["transactional_id"] is not None and not enabled:
+            raise _fail(
+                "transactional_id",
+                given["transactional_id"],
+                "cannot be set without idempotence; "
+                + (reason or "enable.idempotence (enable_idempotence) is False"),
+            )
+        return enabled, reason
+
+    # -- Java names ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, object]) -> ProducerConfig:
+        """Build from Java property names (``"linger.ms": "5"``) and/or field names.
+
+        Strings are converted the way a Java properties file is read: ``"5"`` -> 5,
+        ``"true"``/``"false"`` -> bool. Unknown keys fail with the closest known name.
+        """
+        params = inspect.signature(cls.__init__).parameters
+        names = [n for n in params if n != "self"]
+        by_java = {java_name(n): n for n in names}
+        kwargs: dict[str, object] = {}
+        for key, value in mapping.items():
+            name = by_java.get(key) or (key if key in params and key != "self" else None)
+            if name is None:
+                known = list(by_java) + names
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"Unknown configuration {key!r}{hint}")
+            if name in kwargs:
+                raise ConfigError(
+                    f"Configuration {java_name(name)} ({name}) given twice, as {key!r} and "
+                    "under its other name"
+                )
+            kwargs[name] = _from_text(name, value, params[name].default)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    def to_java_names(self) -> dict[str, object]:
+        """Every setting under its Java name, resolved, for display and logs."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            if f.init:
+                value = getattr(self, f.name)
+                if f.name == "bootstrap_servers":
+                    value = ",".join(value)
+                out[java_name(f.name)] = value
+        return out
+
+    def compression_level(self) -> int | None:
+        """The level configured for the chosen codec; None for codecs without levels and for
+        gzip's -1, Java's "the codec's own default" (KIP-390)."""
+        level = {
+            "gzip": self.compression_gzip_level,
+            "lz4": self.compression_lz4_level,
+            "zstd": self.compression_zstd_level,
+        }.get(self.compression_type)
+        if self.compression_type == "gzip" and level == -1:
+            return None
+        return level
+
+
+def _from_text(name: str, value: object, default: object) -> object:
+    """Convert a property-file string to the type the field's default has."""
+    if not isinstance(value, str) or name in ("bootstrap_servers", "acks"):
+        return value
+    text = value.strip()
+    if name in _BOOLS or name == "enable_idempotence":
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        raise _fail(name, value, 'expected "true" or "false"')
+    if name in _INT_RANGES or name in ("delivery_timeout_ms", "compression_gzip_level"):
+        try:
+            return int(text)
+        except ValueError:
+            raise _fail(name, value, "expected an integer") from None
+    if name in _CALLABLES or name == "interceptors":
+        raise _fail(
+            name, value, "expected a Python callable/object; class names cannot be loaded"
+        )
+    if name == "transactional_id" and not text and default is None:
+        return None
+    return value

@@ -1,0 +1,1 @@
+"""The producer core: partitioning, memory, accumulation, sending. Import from the modules."""

@@ -1,0 +1,376 @@
+"""Bounded memory for batch buffers: the Java BufferPool's rules on one asyncio event loop.
+
+Why a pool: ``buffer.memory`` bounds what unsent batches may hold, so a producer faster than its
+brokers slows down (``send`` waits, bounded by ``max.block.ms``) instead of growing without
+limit (seed 004, "BufferPool"; seed 000, "Producer Buffer Full"). Buffers of exactly
+``batch.size`` bytes, nearly all of them, are kept on a free list and reused; other sizes are only
+accounted for and left to the garbage collector.
+
+Fairness, the rule the tests pin:
+
+* Waiters are served strictly first come, first served. While anyone waits, a new request does
+  not take memory even if enough for it is free (``try_allocate`` returns None, ``allocate``
+  queues behind), so a large request cannot be starved by a stream of small ones.
+* The head waiter accumulates memory as it is freed (Java's partial accumulation), so it makes
+  progress even when no single deallocation is large enough. Consequently, while someone waits,
+  all free memory belongs to the head waiter: ``available_memory`` is 0.
+* Memory is handed over synchronously inside ``deallocate``; the waiter's task only resumes to
+  pick up its buffer. Hence a deque of futures rather than an ``asyncio.Condition``: a woken
+  condition waiter would re-check later, and a newcomer could take the memory in between.
+  A waiter that times out or is cancelled gives back what it accumulated, and that memory
+  passes on to the next waiter at once.
+
+No threads and no locks: every method runs to completion on the loop, so the bookkeeping is
+never observed half-done. Counts are kept incrementally; ``statistics()`` never rescans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiokprod.errors import BufferExhaustedError, IllegalStateError, RecordTooLargeError
+
+if TYPE_CHECKING:
+    from aiokprod.metrics import ProducerMetrics, Sensor
+
+__all__ = ["BufferPool", "BufferPoolStatistics"]
+
+
+@dataclass(frozen=True, slots=True)
+class BufferPoolStatistics:
+    """A consistent view of the pool at one instant."""
+
+    # buffer.memory: the bound on everything the pool hands out.
+    total_memory: int
+    # batch.size: the only size kept on the free list.
+    poolable_size: int
+    # Free memory right now: free-list bytes plus unpooled bytes.
+    available_memory: int
+    # Buffers on the free list, ready for reuse without allocation.
+    free_list_count: int
+    # Bytes held by the free list (free_list_count * poolable_size).
+    free_list_bytes: int
+    # Free bytes not held as pooled buffers.
+    non_pooled_available: int
+    # Bytes already handed to waiters that are still short of their full request.
+    accumulated_by_waiters: int
+    # Bytes given out and not yet returned.
+    allocated_memory: int
+    # allocate() calls queued right now; > 0 means "send everything now" to the accumulator.
+    waiters: int
+    # allocate() calls that had to wait, since creation.
+    allocations_blocked: int
+    # allocate() calls that gave up after max.block.ms, since creation.
+    exhausted_count: int
+    # Total time spent waiting in allocate(), nanoseconds, since creation.
+    total_wait_time_ns: int
+
+
+class _Waiter:
+    """One queued allocate() call."""
+
+    __slots__ = ("accumulated", "future", "queued", "size")
+
+    def __init__(self, size: int, future: asyncio.Future[bytearray]) -> None:
+        # Bytes requested.
+        self.size = size
+        # Bytes handed over so far (partial accumulation); returned if the wait fails.
+        self.accumulated = 0
+        # Resolved with the buffer when complete, or failed on timeout / close.
+        self.future = future
+        # Still in the pool's queue; makes removal idempotent across timeout/cancel races.
+        self.queued = True
+
+
+class BufferPool:
+    """``buffer.memory`` bytes, handed out as ``bytearray`` buffers; see the module docstring.
+
+    Buffers from the free list are reused as they are: their contents are whatever the previous
+    batch left, so writers must track their own length. Callers must not resize a buffer they
+    intend to return to the free list.
+    """
+
+    def __init__(
+        self,
+        total_memory: int,
+        poolable_size: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: ProducerMetrics | None = None,
+    ) -> None:
+        if total_memory < 0 or poolable_size < 0:
+            raise ValueError(
+                f"total_memory and poolable_size must be >= 0, got {total_memory} and "
+                f"{poolable_size}"
+            )
+        self._total = total_memory
+        # batch.size=0 means batches of 1 byte in Java; the pool follows the same floor.
+        self._poolable = max(1, poolable_size)
+        self._clock = clock
+        # Buffers of exactly poolable size, ready to reuse; oldest first.
+        self._free: deque[bytearray] = deque()
+        # Free bytes not held as pooled buffers.
+        self._non_pooled = total_memory
+        # Queued allocate() calls, head first.
+        self._waiters: deque[_Waiter] = deque()
+        # Sum of accumulated bytes over queued waiters.
+        self._accumulated = 0
+        self._closed = False
+        self._allocations_blocked = 0
+        self._exhausted = 0
+        self._wait_ns = 0
+        self._wait_sensor: Sensor | None = None
+        self._exhausted_sensor: Sensor | None = None
+        if metrics is not None:
+            self._wait_sensor = metrics.bufferpool_wait_time
+            self._exhausted_sensor = metrics.buffer_exhausted
+            metrics.bind_gauge("buffer-total-bytes", lambda: self._total)
+            metrics.bind_gauge("buffer-available-bytes", lambda: self.available_memory)
+            metrics.bind_gauge("waiting-threads", lambda: len(self._waiters))
+
+    # -- cheap queries ------------------------------------------------------------------------
+
+    @property
+    def total_memory(self) -> int:
+        return self._total
+
+    @property
+    def poolable_size(self) -> int:
+        return self._poolable
+
+    @property
+    def available_memory(self) -> int:
+        return self._non_pooled + len(self._free) * self._poolable
+
+    @property
+    def waiters(self) -> int:
+        """Queued allocate() calls: the accumulator's "memory is short, send now" signal."""
+        return len(self._waiters)
+
+    def statistics(self) -> BufferPoolStatistics:
+        free_bytes = len(self._free) * self._poolable
+        available = self._non_pooled + free_bytes
+        return BufferPoolStatistics(
+            total_memory=self._total,
+            poolable_size=self._poolable,
+            available_memory=available,
+            free_list_count=len(self._free),
+            free_list_bytes=free_bytes,
+            non_pooled_available=self._non_pooled,
+            accumulated_by_waiters=self._accumulated,
+            allocated_memory=self._total - available - self._accumulated,
+            waiters=len(self._waiters),
+            allocations_blocked=self._allocations_blocked,
+            exhausted_count=self._exhausted,
+            total_wait_time_ns=self._wait_ns,
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (
+            f"<BufferPool {state} total={self._total} available={self.available_memory} "
+            f"free_list={len(self._free)}x{self._poolable} non_pooled={self._non_pooled} "
+            f"waiters={len(self._waiters)} accumulated={self._accumulated} "
+            f"exhausted={self._exhausted}>"
+        )
+
+    # -- allocation ---------------------------------------------------------------------------
+
+    def try_allocate(self, size: int) -> bytearray | None:
+        """A buffer of ``size`` bytes if one can be had without waiting, else None.
+
+        Never suspends: the send fast path calls this first. Returns None while anyone waits,
+        even if ``size`` bytes are free (first come, first served).
+
+        Raises ``RecordTooLargeError`` if ``size`` exceeds ``buffer.memory`` (it could never be
+        satisfied), ``IllegalStateError`` after :meth:`close`.
+        """
+        self._check_request(size)
+        if self._waiters:
+            return None
+        if size == self._poolable and self._free:
+            return self._free.popleft()
+        if self._non_pooled + len(self._free) * self._poolable >= size:
+            self._free_up(size)
+            self._non_pooled -= size
+            return bytearray(size)
+        return None
+
+    async def allocate(self, size: int, max_block_ms: float) -> bytearray:
+        """A buffer of ``size`` bytes, waiting up to ``max_block_ms`` for memory to be freed.
+
+        Raises ``BufferExhaustedError`` when the wait runs out, ``RecordTooLargeError`` at once
+        if ``size`` exceeds ``buffer.memory``, ``IllegalStateError`` if the pool is closed before
+        or during the wait. Cancellation: memory accumulated so far (or a buffer handed over just
+        before the cancel arrived) goes back to the pool and on to the next waiter; the pool is
+        left as if this call never happened.
+        """
+        buffer = self.try_allocate(size)
+        if buffer is not None:
+            return buffer
+        if max_block_ms <= 0:
+            self._on_exhausted()
+            raise self._exhausted_error(size, max_block_ms, accumulated=0)
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(size, loop.create_future())
+        self._waiters.append(waiter)
+        self._allocations_blocked += 1
+        # If nobody was ahead, start accumulating what is free right now.
+        self._serve_waiters()
+        timer = loop.call_later(max_block_ms / 1000.0, self._expire, waiter, max_block_ms)
+        started = self._clock()
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            self._abandon(waiter)
+            raise
+        finally:
+            timer.cancel()
+            waited_ns = max(0, int((self._clock() - started) * 1e9))
+            self._wait_ns += waited_ns
+            if self._wait_sensor is not None:
+                self._wait_sensor.record(waited_ns)
+
+    def deallocate(self, buffer: bytearray | memoryview | bytes, size: int | None = None) -> None:
+        """Return ``size`` bytes (default ``len(buffer)``) and hand them to waiters, in order.
+
+        A buffer of exactly ``batch.size`` bytes goes back on the free list; any other is dropped
+        and only its size counted as free. ``size`` may differ from ``len(buffer)`` when the
+        caller swapped buffers (e.g. after compression) but owes the pool the original size.
+        Returning more than was handed out raises ``IllegalStateError`` (a double free would
+        otherwise silently raise the memory bound).
+        """
+        if size is None:
+            size = len(buffer)
+        if size < 0:
+            raise ValueError(f"cannot deallocate a negative size: {size}")
+        outstanding = self._total - self.available_memory - self._accumulated
+        if size > outstanding:
+            raise IllegalStateError(
+                f"deallocating {size} bytes but only {outstanding} bytes are allocated from this "
+                f"pool (double free?): {self!r}"
+            )
+        if size == self._poolable and len(buffer) == size and isinstance(buffer, bytearray):
+            self._free.append(buffer)
+        else:
+            self._non_pooled += size
+        if self._waiters:
+            self._serve_waiters()
+
+    def close(self) -> None:
+        """Fail every waiter with ``IllegalStateError`` and refuse new requests.
+
+        Memory still allocated can be returned after close; it is only counted.
+        """
+        self._closed = True
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.queued = False
+            self._release(waiter)
+            if not waiter.future.done():
+                waiter.future.set_exception(
+                    IllegalStateError("producer closed while waiting for buffer memory")
+                )
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_request(self, size: int) -> None:
+        if self._closed:
+            raise IllegalStateError("buffer pool is closed: producer closed")
+        if size > self._total:
+            raise RecordTooLargeError(
+                f"Attempt to allocate {size} bytes, but there is a hard limit of {self._total} "
+                f"bytes on memory allocations: buffer.memory (buffer_memory)"
+            )
+        if size < 0:
+            raise ValueError(f"cannot allocate a negative size: {size}")
+
+    def _free_up(self, size: int) -> None:
+        """Turn pooled buffers into plain free bytes until ``size`` bytes are unpooled (or the
+        free list is empty); the newest buffers go first, the oldest stay for reuse."""
+        while self._free and self._non_pooled < size:
+            self._free.pop()
+            self._non_pooled += self._poolable
+
+    def _serve_waiters(self) -> None:
+        """Give free memory to waiters in order until it runs out or nobody waits."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters[0]
+            if waiter.future.done():
+                # Cancelled while queued; its task has not run its cleanup yet.
+                waiters.popleft()
+                waiter.queued = False
+                self._release(waiter)
+                continue
+            if waiter.accumulated == 0 and waiter.size == self._poolable and self._free:
+                waiters.popleft()
+                waiter.queued = False
+                waiter.future.set_result(self._free.popleft())
+                continue
+            need = waiter.size - waiter.accumulated
+            self._free_up(need)
+            got = min(need, self._non_pooled)
+            self._non_pooled -= got
+            waiter.accumulated += got
+            self._accumulated += got
+            if waiter.accumulated < waiter.size:
+                return
+            waiters.popleft()
+            waiter.queued = False
+            self._accumulated -= waiter.accumulated
+            waiter.accumulated = 0
+            waiter.future.set_result(bytearray(waiter.size))
+
+    def _release(self, waiter: _Waiter) -> None:
+        """Take ``waiter`` out of the queue and free what it accumulated (idempotent)."""
+        if waiter.queued:
+            waiter.queued = False
+            self._waiters.remove(waiter)
+        if waiter.accumulated:
+            self._non_pooled += waiter.accumulated
+            self._accumulated -= waiter.accumulated
+            waiter.accumulated = 0
+
+    def _expire(self, waiter: _Waiter, max_block_ms: float) -> None:
+        """Timer callback: ``max_block_ms`` passed before ``waiter`` got its memory."""
+        if waiter.future.done():
+            return
+        accumulated = waiter.accumulated
+        self._release(waiter)
+        self._on_exhausted()
+        waiter.future.set_exception(self._exhausted_error(waiter.size, max_block_ms, accumulated))
+        self._serve_waiters()
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """The allocating task was cancelled: undo whatever state its wait reached."""
+        future = waiter.future
+        if future.done() and not future.cancelled():
+            if future.exception() is None:
+                # Memory was handed over just before the cancel landed: give it back.
+                self.deallocate(future.result(), waiter.size)
+            return
+        future.cancel()
+        self._release(waiter)
+        self._serve_waiters()
+
+    def _on_exhausted(self) -> None:
+        self._exhausted += 1
+        if self._exhausted_sensor is not None:
+            self._exhausted_sensor.record()
+
+    def _exhausted_error(
+        self, size: int, max_block_ms: float, accumulated: int
+    ) -> BufferExhaustedError:
+        return BufferExhaustedError(
+            f"Failed to allocate {size} bytes within max.block.ms (max_block_ms) = "
+            f"{max_block_ms:g} ms: buffer.memory (buffer_memory) = {self._total} bytes, "
+            f"available = {self.available_memory} bytes, accumulated for this request = "
+            f"{accumulated} bytes, poolable size (batch.size) = {self._poolable} bytes, "
+            f"{len(self._waiters)} other waiter(s)"
+        )

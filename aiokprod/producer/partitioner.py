@@ -1,0 +1,403 @@
+"""Choosing a partition: murmur2 for keys, uniform sticky (KIP-480/794) for the rest.
+
+Keyed records go to ``to_positive(murmur2(key)) % num_partitions``, bit-for-bit the Java client's
+rule, so a key lands on the same partition whichever client wrote it (librdkafka's
+``murmur2_random`` partitioner agrees; the tests check against it).
+
+Records without a key (or all records with ``partitioner.ignore.keys``) stick to one partition
+until ``batch.size`` bytes went to it, then a new one is drawn (seed 004, "partitioning"). Sticking
+fills batches instead of spreading single records over every partition; switching after a batch's
+worth keeps the load uniform over time. With adaptive partitioning the draw is weighted against
+partitions whose queues are long, using the queue sizes the accumulator reports; with
+``partitioner.availability.timeout.ms`` partitions whose leader has not drained data for that long
+are left out of the draw.
+
+Partition ids are assumed to be ``0 .. n-1`` (Kafka never leaves holes), as Java assumes when it
+takes ``hash % numPartitions`` as the partition id. Explicit ``partition=`` is the producer's
+business and never reaches this module. No I/O and no clock: times come in as arguments and the
+random source is injected.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiokprod.config import ProducerConfig
+
+__all__ = [
+    "BuiltinPartitioner",
+    "NodeLatencyStats",
+    "PartitionLoadStats",
+    "PartitionerCallable",
+    "StickyStatistics",
+    "murmur2",
+    "partition_for_key",
+    "to_positive",
+]
+
+#: A user partitioner: ``(topic, key_bytes, all_partitions, available_partitions) -> partition``.
+PartitionerCallable = Callable[[str, "bytes | None", Sequence[int], Sequence[int]], int]
+
+_MASK32 = 0xFFFFFFFF
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+# Precompiled little-endian "n words" unpackers: one C call turns the key body into ints, which
+# beats slicing 4 bytes at a time or iterating a memoryview cast.
+_WORDS = tuple(struct.Struct(f"<{n}I") for n in range(65))
+
+
+def _murmur2_u32(
+    data: bytes | bytearray | memoryview,
+    _m: int = _M,
+    _mask: int = _MASK32,
+    _words: tuple[struct.Struct, ...] = _WORDS,
+) -> int:
+    """MurmurHash2 (32-bit, seed 0x9747b28c) as an unsigned int.
+
+    Defaults bind the constants as locals (faster lookups in the loop). Java multiplies in
+    wrapping 32-bit ints; here products are masked to 32 bits only where the next step reads high
+    bits (the ``>> 24`` and the loop-carried ``h``), which gives the same low 32 bits.
+    """
+    length = len(data)
+    h = _SEED ^ length
+    nwords = length >> 2
+    if nwords:
+        if nwords <= 64:
+            words = _words[nwords].unpack_from(data)
+        else:
+            words = struct.unpack_from(f"<{nwords}I", data)
+        for w in words:
+            k = w * _m & _mask
+            h = (h * _m ^ (k ^ k >> 24) * _m) & _mask
+    tail = length & 3
+    if tail:
+        # Java's fall-through switch XORs the 1-3 trailing bytes in little-endian order.
+        h = (h ^ int.from_bytes(data[length - tail :], "little")) * _m & _mask
+    h ^= h >> 13
+    h = h * _m & _mask
+    return h ^ h >> 15
+
+
+def murmur2(data: bytes | bytearray | memoryview) -> int:
+    """Java's ``Utils.murmur2``: the same bits, as a signed 32-bit int like Java returns."""
+    h = _murmur2_u32(data)
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def to_positive(x: int) -> int:
+    """Java's ``Utils.toPositive``: clear the sign bit (not ``abs``, which breaks at MIN_VALUE)."""
+    return x & 0x7FFFFFFF
+
+
+def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) -> int:
+    """The partition Java's default partitioner gives ``key``."""
+    return (_murmur2_u32(key) & 0x7FFFFFFF) % num_partitions
+
+
+@dataclass(slots=True)
+class NodeLatencyStats:
+    """When a leader last had data ready and when it last accepted (drained) data, in ms.
+
+    The gap ``ready - drain`` is how long a broker has had data waiting that it could not take;
+    past ``partitioner.availability.timeout.ms`` its partitions leave the sticky draw.
+    """
+
+    # Last time the sender found data ready for this node.
+    ready_time_ms: float
+    # Last time the sender could drain data to this node.
+    drain_time_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLoadStats:
+    """Java's cumulative frequency table (CFT) for a weighted draw over partitions.
+
+    ``cumulative_frequency[i]`` is the running sum of ``max_queue + 1 - queue_size`` over the
+    first ``i + 1`` entries, so a uniform draw in ``[0, cumulative_frequency[-1])`` lands on
+    partition ``partition_ids[i]`` with probability proportional to its free room.
+    """
+
+    cumulative_frequency: tuple[int, ...]
+    partition_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StickyStatistics:
+    """What the partitioner does for one topic (for tests, logs and ``__repr__``)."""
+
+    topic: str
+    # The partition unkeyed records currently go to; None until one is drawn or after a switch.
+    sticky_partition: int | None
+    # Bytes appended to the sticky partition since it was drawn.
+    produced_bytes: int
+    # How many times a new sticky partition was drawn.
+    switches: int
+    # Whether the draw is weighted by queue sizes (adaptive partitioning has data).
+    weighted: bool
+
+
+class _TopicState:
+    """Sticky state of one topic."""
+
+    __slots__ = ("load_stats", "num_partitions", "produced_bytes", "sticky", "switches")
+
+    def __init__(self) -> None:
+        # Current sticky partition; None means "draw one at the next unkeyed record".
+        self.sticky: int | None = None
+        # Partition count the sticky partition was drawn for: a changed count forces a redraw.
+        self.num_partitions = 0
+        # Bytes appended to the sticky partition since the draw.
+        self.produced_bytes = 0
+        # Draw count, for statistics.
+        self.switches = 0
+        # Queue-size weights from the accumulator; None means "uniform over available".
+        self.load_stats: PartitionLoadStats | None = None
+
+
+def _call_custom(
+    custom: PartitionerCallable,
+    topic: str,
+    key_bytes: bytes | None,
+    cluster_partitions: Sequence[int],
+    available_partitions: Sequence[int],
+) -> int:
+    """Run a user partitioner and refuse answers that name no partition of the topic, so a bad
+    partitioner fails the send that used it instead of a batch later in the sender."""
+    result = custom(topic, key_bytes, cluster_partitions, available_partitions)
+    if isinstance(result, bool) or not isinstance(result, int):
+        raise TypeError(
+            f"partitioner returned {result!r} for topic {topic!r}: expected an int partition"
+        )
+    if not 0 <= result < len(cluster_partitions):
+        raise ValueError(
+            f"partitioner returned partition {result} for topic {topic!r}, which has "
+            f"partitions 0..{len(cluster_partitions) - 1}"
+        )
+    return result
+
+
+class BuiltinPartitioner:
+    """Murmur2 for keys, uniform sticky with adaptive weighting for the rest, or a user callable.
+
+    The accumulator drives it: :meth:`partition` for each record without an explicit partition,
+    :meth:`on_append` after the record is in a batch, :meth:`update_partition_load_stats` (or
+    :meth:`update_queue_sizes`) from its ready check, :meth:`update_node_latency_stats` from the
+    sender's ready/drain.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        ignore_keys: bool = False,
+        adaptive: bool = True,
+        availability_timeout_ms: int = 0,
+        custom: PartitionerCallable | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if batch_size < 0 or availability_timeout_ms < 0:
+            raise ValueError(
+                f"batch_size and availability_timeout_ms must be >= 0, got {batch_size} and "
+                f"{availability_timeout_ms}"
+            )
+        # batch.size=0 means "no batching", which Java treats as batches of 1 byte.
+        self._sticky_bytes = max(1, batch_size)
+        self._ignore_keys = ignore_keys
+        self._custom = custom
+        # Java: adaptive logic is pointless with a custom partitioner (it never asks for weights).
+        self._adaptive = adaptive and custom is None
+        # Availability exclusion is part of the adaptive logic in Java, so it needs it on.
+        self._availability_timeout_ms = availability_timeout_ms if self._adaptive else 0
+        self._rng = rng if rng is not None else random.Random()
+        self._topics: dict[str, _TopicState] = {}
+        self._nodes: dict[int, NodeLatencyStats] = {}
+
+    @classmethod
+    def from_config(
+        cls, config: ProducerConfig, *, rng: random.Random | None = None
+    ) -> BuiltinPartitioner:
+        return cls(
+            batch_size=config.batch_size,
+            ignore_keys=config.partitioner_ignore_keys,
+            adaptive=config.partitioner_adaptive_partitioning_enable,
+            availability_timeout_ms=config.partitioner_availability_timeout_ms,
+            custom=config.partitioner,
+            rng=rng,
+        )
+
+    # -- the per-record path ------------------------------------------------------------------
+
+    def partition(
+        self,
+        topic: str,
+        key_bytes: bytes | None,
+        value_bytes: bytes | None,
+        cluster_partitions: Sequence[int],
+        available_partitions: Sequence[int],
+    ) -> int:
+        """The partition for one record. ``value_bytes`` is unused by the built-in rules; it is
+        part of the signature so that callers need not change if a rule ever reads it."""
+        num_partitions = len(cluster_partitions)
+        if num_partitions == 0:
+            raise ValueError(f"topic {topic!r} has no partitions to choose from")
+        custom = self._custom
+        if custom is not None:
+            return _call_custom(custom, topic, key_bytes, cluster_partitions, available_partitions)
+        if key_bytes is not None and not self._ignore_keys:
+            return (_murmur2_u32(key_bytes) & 0x7FFFFFFF) % num_partitions
+        state = self._topics.get(topic)
+        if state is None:
+            state = self._topics[topic] = _TopicState()
+        sticky = state.sticky
+        if sticky is None or state.num_partitions != num_partitions:
+            sticky = self._draw(state, num_partitions, available_partitions)
+        return sticky
+
+    def on_append(
+        self, topic: str, partition: int, appended_bytes: int, *, enable_switch: bool = True
+    ) -> None:
+        """Count bytes that went into ``partition``; switch once a batch's worth went there.
+
+        Every append to the sticky partition counts, keyed or not, since all of them fill the
+        same batch (Java counts only unkeyed ones). ``enable_switch=False`` is the accumulator
+        saying "the partition's last batch is not full": Java then waits for up to twice
+        ``batch.size`` so that the switch lands on a batch boundary instead of leaving a small
+        trailing batch behind. The new partition is drawn lazily by the next unkeyed record, which
+        brings fresh availability.
+        """
+        state = self._topics.get(topic)
+        if state is None or state.sticky != partition:
+            return
+        produced = state.produced_bytes + appended_bytes
+        state.produced_bytes = produced
+        if (enable_switch and produced >= self._sticky_bytes) or produced >= 2 * self._sticky_bytes:
+            state.sticky = None
+
+    def _draw(
+        self, state: _TopicState, num_partitions: int, available_partitions: Sequence[int]
+    ) -> int:
+        """Java's ``nextPartition``: weighted by load if known, else uniform over available."""
+        stats = state.load_stats
+        if stats is not None:
+            cft = stats.cumulative_frequency
+            index = bisect_right(cft, self._rng.randrange(cft[-1]))
+            partition = stats.partition_ids[index]
+        elif available_partitions:
+            partition = available_partitions[self._rng.randrange(len(available_partitions))]
+        else:
+            partition = self._rng.randrange(num_partitions)
+        state.sticky = partition
+        state.num_partitions = num_partitions
+        state.produced_bytes = 0
+        state.switches += 1
+        return partition
+
+    # -- feedback from the accumulator and sender --------------------------------------------
+
+    def update_partition_load_stats(
+        self,
+        topic: str,
+        queue_sizes: Sequence[int] | None,
+        partition_ids: Sequence[int],
+        length: int,
+    ) -> None:
+        """Java's ``updatePartitionLoadStats``: weights from the first ``length`` queue sizes.
+
+        ``queue_sizes`` has one entry per partition of the topic; only the first ``length`` are
+        candidates (the accumulator drops partitions without a leader or with an unavailable
+        one). With every partition a candidate and all queues equal the weights would be uniform,
+        so they are dropped and the draw falls back to "uniform over available".
+        """
+        state = self._topics.get(topic)
+        if state is None:
+            state = self._topics[topic] = _TopicState()
+        if not self._adaptive or queue_sizes is None or length < 1 or len(queue_sizes) < 2:
+            state.load_stats = None
+            return
+        if length > len(queue_sizes) or len(partition_ids) < length:
+            raise ValueError(
+                f"topic {topic!r}: length {length} exceeds {len(queue_sizes)} queue sizes or "
+                f"{len(partition_ids)} partition ids"
+            )
+        sizes = queue_sizes[:length]
+        max_plus_one = max(sizes) + 1
+        if length == len(queue_sizes) and min(sizes) == max_plus_one - 1:
+            state.load_stats = None
+            return
+        running = 0
+        cft: list[int] = []
+        for size in sizes:
+            running += max_plus_one - size
+            cft.append(running)
+        state.load_stats = PartitionLoadStats(tuple(cft), tuple(partition_ids[:length]))
+
+    def update_queue_sizes(
+        self, topic: str, partitions: Iterable[tuple[int, int | None, int]]
+    ) -> None:
+        """Convenience over :meth:`update_partition_load_stats` for the accumulator's ready check.
+
+        ``partitions`` holds ``(partition, leader_node_id or None, queue_size)`` for every
+        partition of the topic. Partitions without a leader, or whose leader has been unable to
+        take data for more than ``partitioner.availability.timeout.ms``, are left out.
+        """
+        entries = list(partitions)
+        sizes: list[int] = []
+        ids: list[int] = []
+        for partition, leader, queue_size in entries:
+            if leader is None or not self.is_node_available(leader):
+                continue
+            sizes.append(queue_size)
+            ids.append(partition)
+        length = len(sizes)
+        # Pad to the full partition count so "some were left out" is visible to the rule above.
+        sizes.extend(0 for _ in range(len(entries) - length))
+        ids.extend(-1 for _ in range(len(entries) - length))
+        self.update_partition_load_stats(topic, sizes, ids, length)
+
+    def update_node_latency_stats(self, node_id: int, now_ms: float, can_drain: bool) -> None:
+        """Java's ``updateNodeLatencyStats``: the sender reports each ready node, and whether it
+        could drain data to it. Ignored when the availability timeout is off."""
+        if self._availability_timeout_ms == 0:
+            return
+        stats = self._nodes.get(node_id)
+        if stats is None:
+            stats = self._nodes[node_id] = NodeLatencyStats(now_ms, now_ms)
+        if can_drain:
+            stats.drain_time_ms = now_ms
+        stats.ready_time_ms = now_ms
+
+    def is_node_available(self, node_id: int) -> bool:
+        """False when ``node_id`` has had data ready but undrained for longer than the timeout."""
+        if self._availability_timeout_ms == 0:
+            return True
+        stats = self._nodes.get(node_id)
+        if stats is None:
+            return True
+        return stats.ready_time_ms - stats.drain_time_ms <= self._availability_timeout_ms
+
+    # -- introspection ------------------------------------------------------------------------
+
+    def statistics(self, topic: str) -> StickyStatistics:
+        state = self._topics.get(topic) or _TopicState()
+        return StickyStatistics(
+            topic=topic,
+            sticky_partition=state.sticky,
+            produced_bytes=state.produced_bytes,
+            switches=state.switches,
+            weighted=state.load_stats is not None,
+        )
+
+    def __repr__(self) -> str:
+        kind = "custom" if self._custom is not None else "builtin"
+        return (
+            f"BuiltinPartitioner({kind}, sticky_bytes={self._sticky_bytes}, "
+            f"ignore_keys={self._ignore_keys}, adaptive={self._adaptive}, "
+            f"availability_timeout_ms={self._availability_timeout_ms}, "
+            f"topics={len(self._topics)})"
+        )
