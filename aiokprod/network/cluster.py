@@ -115,7 +115,9 @@ class Cluster:
         self._clock = clock
         self._reconnect_backoff = ExponentialBackoff(reconnect_backoff_ms,
                                                      reconnect_backoff_max_ms)
-        self._view = ClusterView({}, {})
+        # the current snapshot; replaced whole on every change (a plain attribute: send() reads it
+        # per record)
+        self.view = ClusterView({}, {})
         self._links: dict[int, _NodeLink] = {}
         # bootstrap servers act as nodes -1, -2, ... until metadata names the real ones
         for i, addr in enumerate(self._bootstrap):
@@ -166,12 +168,8 @@ class Cluster:
 
     # ---- metadata --------------------------------------------------------------------------
 
-    @property
-    def view(self) -> ClusterView:
-        return self._view
-
     def topic(self, name: str) -> TopicMetadata | None:
-        return self._view.topics.get(name)
+        return self.view.topics.get(name)
 
     def add_topic(self, topic: str) -> None:
         if topic not in self._topics:
@@ -187,19 +185,19 @@ class Cluster:
 
     async def wait_for_topic(self, topic: str, timeout_ms: float) -> TopicMetadata:
         """Metadata for ``topic``, waiting at most ``timeout_ms`` (the caller's max.block.ms)."""
-        meta = self._view.topics.get(topic)
+        meta = self.view.topics.get(topic)
         if meta is not None and meta.partition_ids:
             return meta
         self.add_topic(topic)
         deadline = self._clock() + timeout_ms / 1000
         while True:
-            meta = self._view.topics.get(topic)
+            meta = self.view.topics.get(topic)
             if meta is not None and meta.partition_ids:
                 return meta
             if self._closed:
                 raise KafkaConnectionError(
                     f"[client {self.client_id}] closed while waiting for metadata of {topic!r}")
-            code = self._view.topic_errors.get(topic)
+            code = self.view.topic_errors.get(topic)
             if code is not None and code in _FATAL_TOPIC_ERRORS:
                 err = error_for_code(code)
                 raise err(f"topic {topic!r}: {err.message}")
@@ -211,10 +209,10 @@ class Cluster:
                 await asyncio.wait_for(self._updated.wait(), remaining)
 
     def _missing_topic_message(self, topic: str, timeout_ms: float) -> str:
-        code = self._view.topic_errors.get(topic)
+        code = self.view.topic_errors.get(topic)
         if code == UNKNOWN_TOPIC_OR_PARTITION:
             why = "the broker says the topic does not exist (and did not auto-create it)"
-        elif not self._view.brokers:
+        elif not self.view.brokers:
             why = "no broker answered: " + (str(self._last_error) if self._last_error
                                              else "still connecting")
         elif code is not None:
@@ -227,10 +225,10 @@ class Cluster:
     def apply_leader_hint(self, tp: TopicPartition, leader: int, leader_epoch: int,
                           endpoints: Iterable[BrokerNode] = ()) -> bool:
         """KIP-951: a Produce response named the new leader; use it without a refresh."""
-        view = self._view.with_leader(tp, leader, leader_epoch, endpoints)
+        view = self.view.with_leader(tp, leader, leader_epoch, endpoints)
         if view is None:
             return False
-        self._view = view
+        self.view = view
         for b in endpoints:
             self._update_link_address(b)
         self._notify_leaders_moved([tp.topic])
@@ -278,8 +276,8 @@ class Cluster:
         self._apply_metadata(response)
 
     def _apply_metadata(self, response: Any) -> None:
-        view, moved = merge_metadata_response(self._view, response)
-        self._view = view
+        view, moved = merge_metadata_response(self.view, response)
+        self.view = view
         for b in view.brokers.values():
             self._update_link_address(b)
         self._refreshes += 1
@@ -431,7 +429,7 @@ class Cluster:
 
     def statistics(self) -> ClusterStatistics:
         return ClusterStatistics(
-            known_brokers=len(self._view.brokers),
+            known_brokers=len(self.view.brokers),
             connections=sum(1 for x in self._links.values()
                             if x.connection is not None and x.connection.connected),
             connecting=sum(1 for x in self._links.values() if x.connecting is not None),

@@ -1,0 +1,484 @@
+"""RecordAccumulator: per-partition queues of batches between ``send`` and the sender.
+
+Seed 004 ("RecordAccumulator") is the specification. ``send`` appends into the last open batch of
+the partition, or starts a new one with memory from the ``BufferPool``; the sender asks
+``ready()`` which nodes have something sendable and when to look again, then ``drain()`` takes at
+most one request's worth per node. No per-record timer exists: the sender is woken when a batch is
+created or fills up, and otherwise sleeps until the delay ``ready()`` computed.
+
+A partition's first batch is sendable when (seed 004, ``ready``):
+full (or a second batch is queued behind it) | lingered ``linger_ms`` | someone waits for memory
+| a flush is in progress | the producer is closing — and it is not backing off after an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aiokprod.errors import KafkaTimeoutError
+from aiokprod.network.metadata import ClusterView
+from aiokprod.producer.batch import ProducerBatch, RecordMetadata
+from aiokprod.records import (
+    CompressionRatioEstimator,
+    CompressionType,
+    RecordBatchBuilder,
+    split_batch,
+)
+
+if TYPE_CHECKING:
+    from aiokprod.producer.buffer_pool import BufferPool
+
+__all__ = ["AccumulatorStatistics", "ReadyCheck", "RecordAccumulator", "estimate_record_size"]
+
+log = logging.getLogger(__name__)
+
+_BATCH_HEADER = 61  # RecordBatch v2 header bytes
+_RECORD_OVERHEAD = 21  # worst-case varints + attributes of one record
+
+
+def estimate_record_size(key: bytes | None, value: bytes | None,
+                         headers: Sequence[tuple[str, bytes | None]] | None) -> int:
+    """An upper bound of one record's encoded size, to size a buffer for an oversize record."""
+    size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    if headers:
+        for hk, hv in headers:
+            size += 10 + len(hk) * 4 + (len(hv) if hv else 0)
+    return size
+
+
+@dataclass
+class ReadyCheck:
+    ready_nodes: set[int] = field(default_factory=set)
+    # seconds until some batch becomes sendable on its own (linger/backoff); inf when none
+    next_ready_delay: float = float("inf")
+    unknown_leader_topics: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class AccumulatorStatistics:
+    partitions: int
+    queued_batches: int
+    queued_records: int
+    incomplete_batches: int
+    flushes_in_progress: int
+    closed: bool
+
+
+class _PartitionQueue:
+    """The batches of one partition, oldest first."""
+
+    __slots__ = ("batches", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.batches: deque[ProducerBatch] = deque()
+
+
+class RecordAccumulator:
+    def __init__(
+        self,
+        *,
+        pool: BufferPool,
+        batch_size: int,
+        linger_ms: int,
+        delivery_timeout_ms: int,
+        compression: CompressionType = CompressionType.NONE,
+        compression_level: int | None = None,
+        estimator: CompressionRatioEstimator | None = None,
+        retry_backoff: Callable[[int], float] | None = None,
+        on_wakeup: Callable[[], None] = lambda: None,
+        clock: Callable[[], float],
+    ) -> None:
+        self._pool = pool
+        self.batch_size = batch_size
+        self._linger = linger_ms / 1000
+        self._delivery_timeout = delivery_timeout_ms / 1000
+        self.compression = compression
+        # attempts → seconds before a retried batch is sendable again (KIP-580)
+        self._retry_backoff = retry_backoff or (lambda attempts: 0.1)
+        self._compression_level = compression_level
+        # per (topic, codec) compression ratio estimate (seed 000, Message Compression)
+        self._estimator = estimator
+        self._wakeup = on_wakeup
+        self._clock = clock
+        self._loop = asyncio.get_running_loop()
+        self._queues: dict[str, dict[int, _PartitionQueue]] = {}
+        self._incomplete: set[ProducerBatch] = set()  # created, not yet completed or failed
+        self._flushes = 0  # flush() calls in progress: everything is sendable meanwhile
+        self._closed = False  # close(): everything is sendable, no new appends
+        self._drain_index: dict[int, int] = {}  # node → rotation start for fairness
+        self._queued_records = 0  # incrementally kept for statistics()
+        # partitions grouped by leader, valid for one ClusterView (views are replaced, not mutated)
+        self._nodes_cache: tuple[ClusterView, dict[int, list[_PartitionQueue]]] | None = None
+        # topic, [(partition, leader or None, queued batches)] → the partitioner (KIP-794)
+        self.on_queue_sizes: Callable[[str, list[tuple[int, int | None, int]]], None] | None \
+            = None
+
+    # ---- appending (the producer's fast path; never suspends) ------------------------------
+
+    def try_append(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+    ) -> asyncio.Future[RecordMetadata] | None:
+        """Append into the open batch or a new one with memory available now; None if none is.
+
+        The hot path: one dict lookup per level, one builder call, one future. The sender is
+        woken when a batch is created (the previous one is then full), not per record.
+        """
+        parts = self._queues.get(topic)
+        queue = parts.get(partition) if parts is not None else None
+        if queue is None:
+            queue = self._queue(topic, partition)
+        batches = queue.batches
+        if batches:
+            last = batches[-1]
+            if last.sealed is None and last.builder.try_append(timestamp, key, value, headers):
+                future: asyncio.Future[RecordMetadata] = self._loop.create_future()
+                last.deliveries.append((future, timestamp, -1 if key is None else len(key),
+                                        -1 if value is None else len(value)))
+                self._queued_records += 1
+                return future
+        size = self.batch_size
+        if key is not None or headers or value is not None:
+            needed = estimate_record_size(key, value, headers) + _BATCH_HEADER
+            size = max(size, needed)
+        buffer = self._pool.try_allocate(size)
+        if buffer is None:
+            return None
+        future = self._loop.create_future()
+        self._new_batch(queue, buffer, size, timestamp, key, value, headers, future)
+        return future
+
+    def append_with_buffer(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        buffer: bytearray,
+        size: int,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Append after waiting for memory; if another batch opened meanwhile, use it instead."""
+        queue = self._queue(topic, partition)
+        future: asyncio.Future[RecordMetadata] = self._loop.create_future()
+        if queue.batches and queue.batches[-1].try_append(timestamp, key, value, headers, future):
+            self._queued_records += 1
+            self._pool.deallocate(buffer, size)
+            return future
+        self._new_batch(queue, buffer, size, timestamp, key, value, headers, future)
+        return future
+
+    def allocation_size(self, key: bytes | None, value: bytes | None,
+                        headers: Sequence[tuple[str, bytes | None]] | None) -> int:
+        return max(self.batch_size, estimate_record_size(key, value, headers) + _BATCH_HEADER)
+
+    def _new_batch(
+        self,
+        queue: _PartitionQueue,
+        buffer: bytearray,
+        size: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        future: asyncio.Future[RecordMetadata],
+    ) -> None:
+        builder = RecordBatchBuilder(
+            buffer, write_limit=max(size, self.batch_size), compression=self.compression,
+            compression_level=self._compression_level, estimator=self._estimator,
+            topic=queue.topic)
+        batch = ProducerBatch(queue.topic, queue.partition, buffer, size, builder, self._clock())
+        if not batch.try_append(timestamp, key, value, headers, future):
+            # cannot happen for an empty batch sized for the record; fail loudly, lose nothing
+            self._pool.deallocate(buffer, size)
+            raise RuntimeError(f"a record did not fit an empty batch of {size} bytes")
+        queue.batches.append(batch)
+        self._incomplete.add(batch)
+        self._queued_records += 1
+        self._wakeup()
+
+    def _queue(self, topic: str, partition: int) -> _PartitionQueue:
+        parts = self._queues.get(topic)
+        if parts is None:
+            parts = self._queues[topic] = {}
+        queue = parts.get(partition)
+        if queue is None:
+            queue = parts[partition] = _PartitionQueue(topic, partition)
+            self._nodes_cache = None
+        return queue
+
+    def queue_sizes(self, topic: str) -> dict[int, int]:
+        """Batches queued per partition: the adaptive partitioner's load signal (KIP-794)."""
+        parts = self._queues.get(topic)
+        return {} if parts is None else {p: len(q.batches) for p, q in parts.items()}
+
+    # ---- the sender's side ---------------------------------------------------------------
+
+    def ready(self, view: ClusterView, now: float) -> ReadyCheck:
+        result = ReadyCheck()
+        exhausted = self._pool.waiters > 0
+        feed = self.on_queue_sizes
+        urgent = exhausted or self._flushes > 0 or self._closed
+        linger = self._linger
+        for topic, parts in self._queues.items():
+            meta = view.topics.get(topic)
+            if feed is not None and meta is not None:
+                # KIP-794: the adaptive partitioner steers new records away from long queues
+                feed(topic, [(p, meta.leader(p) if meta.leader(p) >= 0 else None,
+                              len(parts[p].batches) if p in parts else 0)
+                             for p in meta.partition_ids])
+            for partition, queue in parts.items():
+                batches = queue.batches
+                if not batches:
+                    continue
+                leader = meta.leader(partition) if meta is not None else -1
+                if leader < 0:
+                    result.unknown_leader_topics.add(topic)
+                    continue
+                if leader in result.ready_nodes:
+                    continue
+                first = batches[0]
+                if first.attempts > 0:
+                    wait_until = first.retry_at
+                    if now < wait_until:
+                        result.next_ready_delay = min(result.next_ready_delay, wait_until - now)
+                        continue
+                    result.ready_nodes.add(leader)
+                    continue
+                full = len(batches) > 1 or first.builder.is_full()
+                waited = now - first.created_at
+                if full or urgent or waited >= linger:
+                    result.ready_nodes.add(leader)
+                else:
+                    result.next_ready_delay = min(result.next_ready_delay, linger - waited)
+        return result
+
+    def drain(
+        self,
+        view: ClusterView,
+        nodes: Iterable[int],
+        max_request_size: int,
+        now: float,
+        can_send: Callable[[ProducerBatch], bool] = lambda b: True,
+        on_drain: Callable[[ProducerBatch], None] = lambda b: None,
+    ) -> dict[int, list[ProducerBatch]]:
+        """At most one request's worth of batches per node, rotating the starting partition.
+
+        ``can_send`` lets idempotence hold a partition back (seed 000, Sending Process step 2);
+        ``on_drain`` assigns sequences before the batch is sealed (steps 3-5).
+        """
+        by_node = self._partitions_by_node(view)
+        result: dict[int, list[ProducerBatch]] = {}
+        for node in nodes:
+            queues = by_node.get(node)
+            if not queues:
+                continue
+            start = self._drain_index.get(node, 0) % len(queues)
+            taken: list[ProducerBatch] = []
+            size = 0
+            n = len(queues)
+            for i in range(n):
+                queue = queues[(start + i) % n]
+                if not queue.batches:
+                    continue
+                first = queue.batches[0]
+                if first.attempts > 0 and now < first.retry_at:
+                    continue
+                batch_size = first.size_in_bytes
+                if taken and size + batch_size > max_request_size:
+                    # seed 004: stop here; the rest goes in the next request
+                    self._drain_index[node] = (start + i) % n
+                    break
+                if not can_send(first):
+                    continue
+                queue.batches.popleft()
+                self._queued_records -= first.record_count
+                on_drain(first)
+                first.seal()
+                first.drained_at = now
+                taken.append(first)
+                size += first.size_in_bytes
+            else:
+                self._drain_index[node] = (start + 1) % n
+            if taken:
+                result[node] = taken
+        return result
+
+    def _partitions_by_node(self, view: ClusterView) -> dict[int, list[_PartitionQueue]]:
+        cached = self._nodes_cache
+        if cached is not None and cached[0] is view:
+            return cached[1]
+        by_node: dict[int, list[_PartitionQueue]] = {}
+        for topic, parts in self._queues.items():
+            meta = view.topics.get(topic)
+            if meta is None:
+                continue
+            for partition, queue in sorted(parts.items()):
+                leader = meta.leader(partition)
+                if leader >= 0:
+                    by_node.setdefault(leader, []).append(queue)
+        self._nodes_cache = (view, by_node)
+        return by_node
+
+    def reenqueue(self, batch: ProducerBatch, now: float, *, front: bool = False) -> None:
+        """Put a batch back for a retry, in sequence order among the partition's batches.
+
+        Seed 001: a retried idempotent batch must go back before any batch with a higher
+        sequence, or the broker would see a gap. Batches never drained (sequence -1) stay last.
+        """
+        batch.attempts += 1
+        batch.in_retry = True
+        batch.last_attempt_at = now
+        batch.retry_at = now + self._retry_backoff(batch.attempts - 1) / 1000
+        queue = self._queue(batch.topic, batch.partition)
+        batches = queue.batches
+        seq = batch.base_sequence
+        index = 0
+        if front and seq < 0:
+            index = 0
+        elif seq >= 0:
+            for index, other in enumerate(batches):  # noqa: B007 - index used after the loop
+                if other.base_sequence < 0 or other.base_sequence > seq:
+                    break
+            else:
+                index = len(batches)
+        batches.insert(index, batch)
+        self._queued_records += batch.record_count
+        self._wakeup()
+
+    def split(self, batch: ProducerBatch, now: float) -> list[ProducerBatch]:
+        """Seed 000, Batch Splitting: re-cut a batch the broker refused as too large.
+
+        The estimate is reset to max(1.0, observed) (step 2) so the new batches are sized with
+        it; records are decompressed and re-appended by ``batch_size`` (step 3), each new batch
+        keeps its records' futures in order. Like the Java client, the new buffers come from
+        outside the pool (they replace the old batch's, which is released now). The caller
+        gives them sequences (idempotence) and re-enqueues them.
+        """
+        observed = batch.builder.observed_ratio or 1.0
+        ratio = 1.0
+        if self._estimator is not None and self.compression is not CompressionType.NONE:
+            ratio = self._estimator.reset(batch.topic, self.compression, observed)
+        assert batch.sealed is not None
+        groups = split_batch(batch.sealed, self.batch_size, estimated_ratio=ratio)
+        created: list[ProducerBatch] = []
+        index = 0
+        for group in groups:
+            builder = RecordBatchBuilder(
+                bytearray(), write_limit=self.batch_size, compression=self.compression,
+                compression_level=self._compression_level, estimated_ratio=ratio)
+            new = ProducerBatch(batch.topic, batch.partition, builder.buffer, 0, builder,
+                                batch.created_at)
+            for record in group:
+                if not builder.try_append(record.timestamp, record.key, record.value,
+                                          record.headers):
+                    # split_batch promises every group fits a batch configured like this one
+                    raise RuntimeError("a split group did not fit its batch")
+            new.deliveries = batch.deliveries[index:index + len(group)]
+            index += len(group)
+            self._incomplete.add(new)
+            created.append(new)
+        if index != len(batch.deliveries):
+            raise RuntimeError(f"split kept {index} of {len(batch.deliveries)} records")
+        batch.done = True
+        batch.final_state = "split"
+        self.release(batch)
+        return created
+
+    def expire(self, now: float) -> list[ProducerBatch]:
+        """Batches still queued past ``delivery_timeout_ms``: removed, for the sender to fail."""
+        expired: list[ProducerBatch] = []
+        deadline = self._delivery_timeout
+        for parts in self._queues.values():
+            for queue in parts.values():
+                batches = queue.batches
+                while batches and now - batches[0].created_at >= deadline:
+                    batch = batches.popleft()
+                    self._queued_records -= batch.record_count
+                    expired.append(batch)
+        return expired
+
+    def delivery_timeout_error(self, batch: ProducerBatch, now: float) -> KafkaTimeoutError:
+        return KafkaTimeoutError(
+            f"Expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+            f"{int((now - batch.created_at) * 1000)} ms has passed since batch creation "
+            f"(delivery.timeout.ms={int(self._delivery_timeout * 1000)})")
+
+    def next_expiry_delay(self, now: float) -> float:
+        oldest = min((q.batches[0].created_at for parts in self._queues.values()
+                      for q in parts.values() if q.batches), default=None)
+        return float("inf") if oldest is None else max(0.0, oldest + self._delivery_timeout - now)
+
+    def release(self, batch: ProducerBatch) -> None:
+        """The batch is finished: forget it and return its memory."""
+        self._incomplete.discard(batch)
+        if batch.buffer_size:
+            self._pool.deallocate(batch.buffer, batch.buffer_size)
+            batch.buffer_size = 0
+
+    # ---- flush / close -------------------------------------------------------------------
+
+    def begin_flush(self) -> list[ProducerBatch]:
+        self._flushes += 1
+        self._wakeup()
+        return list(self._incomplete)
+
+    def end_flush(self) -> None:
+        self._flushes -= 1
+
+    def close(self) -> None:
+        self._closed = True
+        self._wakeup()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def has_incomplete(self) -> bool:
+        return bool(self._incomplete)
+
+    def has_queued(self) -> bool:
+        return self._queued_records > 0 or any(
+            q.batches for parts in self._queues.values() for q in parts.values())
+
+    def abort_queued(self) -> list[ProducerBatch]:
+        """Take every queued batch out (close with a timeout, fatal errors); caller fails them."""
+        aborted: list[ProducerBatch] = []
+        for parts in self._queues.values():
+            for queue in parts.values():
+                aborted.extend(queue.batches)
+                queue.batches.clear()
+        self._queued_records = 0
+        return aborted
+
+    def incomplete_batches(self) -> list[ProducerBatch]:
+        return list(self._incomplete)
+
+    def statistics(self) -> AccumulatorStatistics:
+        return AccumulatorStatistics(
+            partitions=sum(len(p) for p in self._queues.values()),
+            queued_batches=sum(len(q.batches) for p in self._queues.values()
+                               for q in p.values()),
+            queued_records=self._queued_records,
+            incomplete_batches=len(self._incomplete),
+            flushes_in_progress=self._flushes,
+            closed=self._closed,
+        )
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (f"<RecordAccumulator partitions={s.partitions} queued_batches={s.queued_batches} "
+                f"queued_records={s.queued_records} incomplete={s.incomplete_batches}>")

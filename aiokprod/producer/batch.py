@@ -1,0 +1,186 @@
+"""A batch of records for one partition, from its first append to its last future resolved.
+
+The record bytes live in a pooled buffer (``RecordBatchBuilder``); this object adds what the
+producer needs around them: one future per record, timing for linger/expiry/metrics, and the
+idempotence fields the sender stamps into the sealed header. Completion is per batch: one call
+resolves every record's future, and the futures' callbacks run later on the loop, so a slow user
+callback never delays the sender's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from aiokprod.records import RecordBatchBuilder, restamp
+
+__all__ = ["ProducerBatch", "RecordMetadata"]
+
+log = logging.getLogger(__name__)
+
+
+class RecordMetadata(NamedTuple):
+    """What the broker told us about one acknowledged record."""
+
+    topic: str
+    partition: int
+    offset: int  # -1 with acks=0, or when the broker answered DUPLICATE_SEQUENCE_NUMBER
+    timestamp: int  # create time, or the broker's log-append time when the topic uses it
+    serialized_key_size: int  # -1 for a null key
+    serialized_value_size: int  # -1 for a null value
+
+
+class ProducerBatch:
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "buffer",
+        "buffer_size",
+        "builder",
+        "created_at",
+        "deliveries",
+        "done",
+        "drained_at",
+        "final_state",
+        "in_retry",
+        "last_attempt_at",
+        "partition",
+        "producer_epoch",
+        "producer_id",
+        "retry_at",
+        "sealed",
+        "topic",
+        "transactional",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        buffer: bytearray,
+        buffer_size: int,
+        builder: RecordBatchBuilder,
+        now: float,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.buffer = buffer  # pooled memory, returned to the pool when the batch is done
+        self.buffer_size = buffer_size  # what the pool accounted for it
+        self.builder = builder  # appends records straight into ``buffer``
+        self.created_at = now  # linger and delivery.timeout.ms count from here
+        # per record: (future, timestamp, key size, value size) — resolved in one pass
+        self.deliveries: list[tuple[asyncio.Future[RecordMetadata], int, int, int]] = []
+        self.sealed: memoryview | None = None  # the wire bytes once drained
+        self.attempts = 0  # sends so far; >0 means a retry (idempotence keeps its sequence)
+        self.last_attempt_at = now  # retry backoff counts from here
+        self.retry_at = 0.0  # not sendable before this monotonic time (retry backoff)
+        self.drained_at = 0.0  # when the current attempt left the accumulator
+        self.in_retry = False  # re-enqueued after an error
+        self.producer_id = -1  # idempotence: stamped at drain
+        self.producer_epoch = -1
+        self.base_sequence = -1  # counted per record; kept across retries unless reset
+        self.transactional = False
+        self.done = False  # completed or failed: nothing may touch its futures again
+        self.final_state: str | None = None  # "succeeded" | "failed" | "aborted", for repr/tests
+
+    # ---- filling ---------------------------------------------------------------------------
+
+    @property
+    def record_count(self) -> int:
+        return self.builder.record_count
+
+    def try_append(
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        future: asyncio.Future[RecordMetadata],
+    ) -> bool:
+        if self.sealed is not None or not self.builder.try_append(timestamp, key, value, headers):
+            return False
+        self.deliveries.append((
+            future, timestamp, -1 if key is None else len(key),
+            -1 if value is None else len(value)))
+        return True
+
+    # ---- sending ---------------------------------------------------------------------------
+
+    def seal(self) -> memoryview:
+        """Finish the wire bytes (compression happens here); later attempts reuse them."""
+        if self.sealed is None:
+            self.sealed = self.builder.seal(
+                producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence, transactional=self.transactional)
+        return self.sealed
+
+    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Set the idempotence fields, rewriting the sealed header (and CRC) if already sealed."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        if self.sealed is not None:
+            restamp(self.sealed, producer_id=producer_id, producer_epoch=producer_epoch,
+                    base_sequence=base_sequence)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self.sealed) if self.sealed is not None else self.builder.estimated_size()
+
+    # ---- completing ------------------------------------------------------------------------
+
+    def complete(self, base_offset: int, log_append_time: int,
+                 on_ack: Callable[[RecordMetadata | None, BaseException | None], None] | None
+                 = None) -> None:
+        """Resolve every record's future; offsets follow the batch's base offset."""
+        if self.done:
+            return
+        self.done = True
+        self.final_state = "succeeded"
+        topic, partition = self.topic, self.partition
+        use_append_time = log_append_time >= 0
+        offset = base_offset
+        for future, ts, ksize, vsize in self.deliveries:
+            md = RecordMetadata(topic, partition, offset,
+                                log_append_time if use_append_time else ts, ksize, vsize)
+            if base_offset >= 0:
+                offset += 1
+            if on_ack is not None:
+                _call_interceptor(on_ack, md, None)
+            if not future.done():
+                future.set_result(md)
+
+    def fail(self, error: BaseException,
+             on_ack: Callable[[RecordMetadata | None, BaseException | None], None] | None
+             = None) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.final_state = "failed"
+        for future, _ts, _k, _v in self.deliveries:
+            if on_ack is not None:
+                _call_interceptor(on_ack, None, error)
+            if not future.done():
+                future.set_exception(error)
+                # a send whose caller never awaited the delivery should not log "never retrieved"
+                future.exception()
+
+    def __repr__(self) -> str:
+        state = self.final_state or ("sealed" if self.sealed is not None else "open")
+        return (f"<ProducerBatch {self.topic}-{self.partition} records={self.record_count} "
+                f"bytes={self.size_in_bytes} attempts={self.attempts} seq={self.base_sequence} "
+                f"{state}>")
+
+
+def _call_interceptor(
+    on_ack: Callable[[RecordMetadata | None, BaseException | None], None],
+    md: RecordMetadata | None,
+    error: BaseException | None,
+) -> None:
+    """Interceptors must not break delivery bookkeeping (the Java client logs and goes on)."""
+    try:
+        on_ack(md, error)
+    except Exception:  # an interceptor bug must not lose other records' results
+        log.exception("on_acknowledgement interceptor raised")

@@ -1,0 +1,679 @@
+"""The idempotent producer's state machine (seeds 000, 001, 002): decisions only, no I/O.
+
+The sender performs I/O and reports what happened; this module decides. Two layers:
+
+* the producer id: :class:`ProducerIdState` and :data:`TRANSITIONS`, a table from
+  (state, event) to the next state, each rule naming the seed rule it implements. An event
+  the table does not list raises :class:`~aiokprod.errors.IllegalStateError`;
+* per partition (``sequences.PartitionSequenceState``): sequences, in-flight and unresolved
+  batches, the KIP-1269 in-flight window, following seed 000's nine-step sending process.
+
+Epoch bumps. An idempotent (non-transactional) producer bumps its epoch *itself*: seed 000 says
+"the Producer Epoch is maintained by the Producer itself", and the broker accepts a higher epoch
+whose first sequence is 0 (seed 000, "Server", check 3); the Java client does the same. A bump
+requested while handling responses is applied once, before the next drain (``maintain``, which
+``can_send`` runs first), so several partitions failing in one response cost one epoch. With
+``bump_via_init_producer_id=True`` the bump instead asks the broker (InitProducerId with the
+current id and epoch, KIP-360), which a transactional producer needs; a broker without KIP-360
+(``on_bump_unsupported``) and an exhausted epoch (32767) both get a fresh producer id instead.
+
+After a bump each partition starts again at sequence 0, but only once no batch of the old
+epoch can still reach the broker (seed 000, steps 2b and 3): a partition that asked for the
+reset renumbers the batches it holds for retry as soon as nothing is on the wire; any other
+partition first lets its old-epoch batches finish under the old epoch.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import cast
+
+from aiokprod._backoff import ExponentialBackoff
+from aiokprod._error_codes import ErrorCode
+from aiokprod.errors import IllegalStateError, error_for_code
+from aiokprod.producer.retry_policy import Action, RetryDecision, classify
+from aiokprod.producer.sequences import (
+    DEFAULT_IN_FLIGHT_LIMIT,
+    MAX_PRODUCER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    InFlightEntry,
+    PartitionSequenceState,
+    SequencedBatch,
+    TopicPartitionLike,
+    UnresolvedRange,
+    increment_sequence,
+    last_sequence,
+)
+
+__all__ = [
+    "TRANSITIONS",
+    "Action",
+    "Event",
+    "IdempotenceManager",
+    "IdempotenceStatistics",
+    "ProducerIdState",
+    "RetryDecision",
+    "Transition",
+    "next_state",
+]
+
+log = logging.getLogger(__name__)
+
+_TP = tuple[str, int]
+
+
+class ProducerIdState(enum.Enum):
+    """Where the producer id and epoch stand."""
+
+    #: No producer id: InitProducerId(-1, -1) is needed before anything is sent.
+    UNINITIALIZED = "uninitialized"
+    #: InitProducerId for a fresh id is under way.
+    INITIALIZING = "initializing"
+    #: The id and epoch are usable: new batches are stamped with them.
+    READY = "ready"
+    #: A partition needs a new epoch; applied before the next drain (or sent to the broker).
+    BUMP_REQUIRED = "bump_required"
+    #: InitProducerId(current id, epoch) is under way (KIP-360 mode only).
+    BUMPING = "bumping"
+    #: Unusable for good: every later send fails with ``fatal_error``.
+    FATAL = "fatal"
+
+
+class Event(enum.Enum):
+    """What can happen to the producer id."""
+
+    INIT_REQUEST_SENT = "init_request_sent"
+    BUMP_REQUEST_SENT = "bump_request_sent"
+    PRODUCER_ID_RECEIVED = "producer_id_received"
+    INIT_FAILED = "init_failed"  # a retriable InitProducerId failure
+    BUMP_REQUESTED = "bump_requested"
+    EPOCH_BUMPED_LOCALLY = "epoch_bumped_locally"
+    EPOCH_EXHAUSTED = "epoch_exhausted"
+    BUMP_UNSUPPORTED = "bump_unsupported"
+    FATAL_ERROR = "fatal_error"
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the table: where an event leads, and the rule that says so."""
+
+    target: ProducerIdState
+    rule: str
+
+
+_S = ProducerIdState
+_E = Event
+
+#: (state, event) → next state. Anything else is illegal (DESIGN.md, convention 4).
+TRANSITIONS: dict[tuple[ProducerIdState, Event], Transition] = {
+    (_S.UNINITIALIZED, _E.INIT_REQUEST_SENT): Transition(
+        _S.INITIALIZING, "seed 000, Implementation Principle: the broker assigns the PID"),
+    (_S.INITIALIZING, _E.PRODUCER_ID_RECEIVED): Transition(
+        _S.READY, "seed 000, Implementation Principle: PID and epoch known, sending may start"),
+    (_S.INITIALIZING, _E.INIT_FAILED): Transition(
+        _S.UNINITIALIZED, "Java TransactionManager: a retriable InitProducerId error is retried"),
+    (_S.READY, _E.BUMP_REQUESTED): Transition(
+        _S.BUMP_REQUIRED, "seed 000, Sending Process, steps 1b/8a/8b: bump epoch & reset SEQ"),
+    (_S.BUMP_REQUIRED, _E.BUMP_REQUESTED): Transition(
+        _S.BUMP_REQUIRED, "seed 000, Sending Process, step 8: one bump serves every partition"),
+    (_S.BUMPING, _E.BUMP_REQUESTED): Transition(
+        _S.BUMPING, "seed 000, Sending Process, step 8: the bump under way serves this too"),
+    (_S.UNINITIALIZED, _E.BUMP_REQUESTED): Transition(
+        _S.UNINITIALIZED, "seed 000, Other details: a new PID resets every sequence anyway"),
+    (_S.INITIALIZING, _E.BUMP_REQUESTED): Transition(
+        _S.INITIALIZING, "seed 000, Other details: a new PID resets every sequence anyway"),
+    (_S.BUMP_REQUIRED, _E.EPOCH_BUMPED_LOCALLY): Transition(
+        _S.READY, "seed 000, Implementation Principle: the idempotent producer keeps its epoch"),
+    (_S.BUMP_REQUIRED, _E.EPOCH_EXHAUSTED): Transition(
+        _S.UNINITIALIZED, "seed 000, Other details, Producer Epoch Overflow: request a new PID"),
+    (_S.BUMP_REQUIRED, _E.BUMP_REQUEST_SENT): Transition(
+        _S.BUMPING, "KIP-360: InitProducerId with the current PID and epoch bumps the epoch"),
+    (_S.BUMPING, _E.PRODUCER_ID_RECEIVED): Transition(
+        _S.READY, "KIP-360: the broker returned the bumped epoch"),
+    (_S.BUMPING, _E.INIT_FAILED): Transition(
+        _S.BUMP_REQUIRED, "Java TransactionManager: a retriable InitProducerId error is retried"),
+    (_S.BUMPING, _E.BUMP_UNSUPPORTED): Transition(
+        _S.UNINITIALIZED, "KIP-360 fallback: a broker without the bump gives a new PID instead"),
+    (_S.BUMP_REQUIRED, _E.BUMP_UNSUPPORTED): Transition(
+        _S.UNINITIALIZED, "KIP-360 fallback: a broker without the bump gives a new PID instead"),
+    **{
+        (state, _E.FATAL_ERROR): Transition(
+            _S.FATAL, "seed 000, Common Problems, 'Unable to send after Fatal Error'")
+        for state in ProducerIdState
+    },
+}
+
+
+def next_state(state: ProducerIdState, event: Event) -> ProducerIdState:
+    """The state ``event`` leads to from ``state``; raises IllegalStateError if none."""
+    transition = TRANSITIONS.get((state, event))
+    if transition is None:
+        raise IllegalStateError(
+            f"idempotent producer: event {event.name} is not allowed in state {state.name}")
+    return transition.target
+
+
+@dataclass(frozen=True)
+class IdempotenceStatistics:
+    """A snapshot for tests, metrics and ``__repr__``; every count is kept incrementally."""
+
+    state: ProducerIdState
+    producer_id: int
+    producer_epoch: int
+    partitions: int
+    in_flight_batches: int  # batches holding a sequence, not completed (incl. queued retries)
+    partitions_with_unresolved: int
+    epoch_bumps: int  # local or KIP-360 bumps
+    producer_id_resets: int  # fresh producer ids after the first (overflow, no KIP-360)
+    sequence_resets: int  # partitions restarted at sequence 0
+    retries: int
+    splits: int
+    unresolved_batches: int  # batches that ever became unresolved
+    resolved_batches: int  # ... and were then proved written by a later success
+
+
+class IdempotenceManager:
+    """Producer id, epoch and per-partition sequences of an idempotent producer.
+
+    The sender calls, in its loop: ``needs_producer_id``/``init_producer_id_params``/
+    ``on_producer_id`` around InitProducerId; ``can_send`` then ``assign_sequence`` for each
+    batch it drains; ``on_success``/``on_error``/``on_split`` for each answer;
+    ``on_delivery_timeout`` for each expired batch; ``on_leader_change`` and
+    ``on_response_batches_to_retain`` for KIP-1269. Times are the injected clock's (seconds).
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        transactional: bool = False,
+        bump_via_init_producer_id: bool = False,
+        retries: int = 2**31 - 1,
+        backoff: ExponentialBackoff | None = None,
+        client_id: str = "",
+    ) -> None:
+        self._clock = clock
+        self._transactional = transactional  # INVALID_PRODUCER_EPOCH is then fatal
+        self._bump_via_broker = bump_via_init_producer_id  # KIP-360 instead of a local bump
+        self._bump_supported = True  # cleared by on_bump_unsupported: later bumps get new ids
+        self._retries = retries  # for on_error calls that bring no RetryDecision
+        self._backoff = backoff
+        self._client_id = client_id
+        self._state = ProducerIdState.UNINITIALIZED
+        self._producer_id = NO_PRODUCER_ID
+        self._producer_epoch = NO_PRODUCER_EPOCH
+        self._fatal_error: BaseException | None = None
+        self._partitions: dict[_TP, PartitionSequenceState] = {}
+        self._with_unresolved: set[_TP] = set()  # step 1 visits only these
+        self._in_flight_total = 0
+        self._epoch_bumps = 0
+        self._fresh_producer_ids = 0  # InitProducerId answers with a new id
+        self._sequence_resets = 0
+        self._retries_done = 0
+        self._splits = 0
+        self._unresolved_total = 0
+        self._resolved_total = 0
+        self.last_bump_at: float | None = None  # clock time of the last epoch bump or new id
+        self.last_error_at: float | None = None  # clock time of the last on_error, for logs
+
+    # ---- state --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ProducerIdState:
+        return self._state
+
+    @property
+    def producer_id(self) -> int:
+        return self._producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._producer_epoch
+
+    @property
+    def fatal_error(self) -> BaseException | None:
+        """Why the producer stopped (FATAL), else None."""
+        return self._fatal_error
+
+    def partition_state(self, tp: TopicPartitionLike) -> PartitionSequenceState:
+        """The partition's bookkeeping, created on first use."""
+        key = (tp.topic, tp.partition)
+        state = self._partitions.get(key)
+        if state is None:
+            state = self._partitions[key] = PartitionSequenceState(tp.topic, tp.partition)
+        return state
+
+    def _fire(self, event: Event) -> None:
+        target = next_state(self._state, event)
+        if target is not self._state:
+            log.debug("[client %s] producer id state %s -> %s on %s", self._client_id,
+                      self._state.name, target.name, event.name)
+        self._state = target
+
+    def fail_fatally(self, error: BaseException) -> None:
+        """Stop for good: every later ``can_send`` is False. The first cause is kept."""
+        if self._fatal_error is None:
+            self._fatal_error = error
+            log.error("[client %s] idempotent producer failed fatally: %s", self._client_id,
+                      error)
+        self._fire(Event.FATAL_ERROR)
+
+    # ---- producer id ----------------------------------------------------------------------
+
+    def needs_producer_id(self) -> bool:
+        """The sender must (keep trying to) send InitProducerId before anything else."""
+        if self._state in (ProducerIdState.UNINITIALIZED, ProducerIdState.INITIALIZING):
+            return True
+        return self._bump_via_broker and self._state in (ProducerIdState.BUMP_REQUIRED,
+                                                         ProducerIdState.BUMPING)
+
+    def init_producer_id_params(self) -> tuple[int, int]:
+        """(producer id, epoch) for the InitProducerId the sender is about to send.
+
+        Call it right before each attempt: it records that a request is under way. (-1, -1)
+        asks for a fresh id; the current pair asks the broker to bump the epoch (KIP-360).
+        """
+        state = self._state
+        if state is ProducerIdState.BUMP_REQUIRED and self._bump_via_broker:
+            if self._producer_epoch >= MAX_PRODUCER_EPOCH:
+                self._forget_producer_id(Event.EPOCH_EXHAUSTED)
+            elif not self._bump_supported:
+                self._forget_producer_id(Event.BUMP_UNSUPPORTED)
+            else:
+                self._fire(Event.BUMP_REQUEST_SENT)
+                return self._producer_id, self._producer_epoch
+        if self._state is ProducerIdState.UNINITIALIZED:
+            self._fire(Event.INIT_REQUEST_SENT)
+            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if self._state is ProducerIdState.INITIALIZING:
+            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if self._state is ProducerIdState.BUMPING:
+            return self._producer_id, self._producer_epoch
+        raise IllegalStateError(
+            f"idempotent producer: no InitProducerId is needed in state {self._state.name}")
+
+    def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """InitProducerId succeeded. Every partition restarts at 0 once it can (step 3)."""
+        if producer_id < 0 or not 0 <= producer_epoch <= MAX_PRODUCER_EPOCH:
+            raise ValueError(f"invalid producer id/epoch from the broker: {producer_id}/"
+                             f"{producer_epoch}")
+        self._fire(Event.PRODUCER_ID_RECEIVED)
+        if producer_id == self._producer_id:
+            self._epoch_bumps += 1
+        else:
+            self._fresh_producer_ids += 1
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self.last_bump_at = self._clock()
+        log.info("[client %s] producer id %d epoch %d", self._client_id, producer_id,
+                 producer_epoch)
+
+    def on_init_producer_id_failed(self, error: BaseException) -> None:
+        """InitProducerId failed: retriable errors are tried again, others are fatal."""
+        if getattr(error, "retriable", False):
+            self._fire(Event.INIT_FAILED)
+        else:
+            self.fail_fatally(error)
+
+    def on_bump_unsupported(self) -> None:
+        """The broker cannot bump an epoch (InitProducerId < v3): take a fresh id instead,
+        now and for every later bump. Every partition then restarts at sequence 0."""
+        self._bump_supported = False
+        self._forget_producer_id(Event.BUMP_UNSUPPORTED)
+
+    def _forget_producer_id(self, event: Event) -> None:
+        self._fire(event)
+        log.info("[client %s] dropping producer id %d epoch %d (%s): a new one is needed",
+                 self._client_id, self._producer_id, self._producer_epoch, event.name)
+        self._producer_id = NO_PRODUCER_ID
+        self._producer_epoch = NO_PRODUCER_EPOCH
+
+    def _request_reset(self, p: PartitionSequenceState, why: str) -> None:
+        """Ask for bump epoch & reset SEQ for ``p`` (seed 000, 'Bump Epoch and Reset ...')."""
+        if self._state is ProducerIdState.FATAL:
+            return  # nothing is sent any more; no bump can matter
+        p.reset_requested = True
+        if p.is_stale(self._producer_id, self._producer_epoch):
+            return  # a bump or new id already happened since; its restart covers this
+        log.info("[client %s] %s-%d: %s; bumping the epoch and resetting sequences",
+                 self._client_id, p.topic, p.partition, why)
+        self._fire(Event.BUMP_REQUESTED)
+
+    # ---- step 1 and the pending bump ------------------------------------------------------
+
+    def maintain(self, now: float | None = None) -> None:
+        """Start of a send cycle: step 1 for every unresolved partition, then a pending local
+        bump. ``can_send`` runs it, so calling it is optional; it is cheap and idempotent."""
+        for key in list(self._with_unresolved):
+            self.check_unresolved(self._partitions[key])
+        if self._state is ProducerIdState.BUMP_REQUIRED and not self._bump_via_broker:
+            if self._producer_epoch >= MAX_PRODUCER_EPOCH:
+                self._forget_producer_id(Event.EPOCH_EXHAUSTED)
+                return
+            self._fire(Event.EPOCH_BUMPED_LOCALLY)
+            self._producer_epoch += 1
+            self._epoch_bumps += 1
+            self.last_bump_at = self._clock() if now is None else now
+            log.info("[client %s] producer id %d: epoch bumped to %d", self._client_id,
+                     self._producer_id, self._producer_epoch)
+
+    def check_unresolved(self, tp: TopicPartitionLike) -> bool:
+        """Seed 000, step 1: drop unresolved batches a later success proved written (1a); if
+        some remain and nothing of the partition is in flight, they were not written: bump &
+        reset (1b). Returns True when it asked for the reset."""
+        p = self.partition_state(tp)
+        self._resolved_total += p.drop_resolved()
+        key = (p.topic, p.partition)
+        if not p.unresolved:
+            self._with_unresolved.discard(key)
+            return False
+        if p.on_wire_count or p.in_flight:
+            return False  # a later batch may still prove them written, or show the gap
+        p.unresolved.clear()
+        self._with_unresolved.discard(key)
+        self._request_reset(p, "unresolved batches and nothing left in flight (step 1b)")
+        return True
+
+    # ---- sending (steps 2-5) ------------------------------------------------------------
+
+    def can_send(self, target: SequencedBatch | TopicPartitionLike,
+                 now: float | None = None) -> bool:
+        """May the sender drain ``target`` now (seed 000, step 2; KIP-1269)?
+
+        ``target`` is the batch at the head of a partition's queue, or a partition (then the
+        question is about a new batch). Runs ``maintain`` first.
+        """
+        self.maintain(now)
+        if self._state is not ProducerIdState.READY:
+            return False
+        p = self.partition_state(target)
+        if getattr(target, "base_sequence", -1) >= 0:  # a retry: it already has a sequence
+            return self._retry_allowed(p, self._held_entry(p, cast(SequencedBatch, target)))
+        return self._new_batch_allowed(p)
+
+    def _held_entry(self, p: PartitionSequenceState, batch: SequencedBatch) -> InFlightEntry:
+        entry = p.entry_for(batch)
+        if entry is None:
+            raise IllegalStateError(
+                f"{p.topic}-{p.partition}: batch with sequence {batch.base_sequence} is not "
+                f"tracked (completed, expired or split) and must not be sent")
+        if entry.on_wire:
+            raise IllegalStateError(
+                f"{p.topic}-{p.partition}: batch with sequence {batch.base_sequence} is already "
+                f"on the wire; report its outcome (or on_not_sent) before sending it again")
+        return entry
+
+    def _new_batch_allowed(self, p: PartitionSequenceState) -> bool:
+        if p.unresolved:
+            return False  # step 2a
+        if p.retrying:
+            return False  # step 2c: retries go first, one at a time
+        if p.is_stale(self._producer_id, self._producer_epoch) and p.in_flight:
+            return False  # step 2b: old-epoch batches still in flight
+        return len(p.in_flight) < p.in_flight_limit  # KIP-1269
+
+    def _retry_allowed(self, p: PartitionSequenceState, entry: InFlightEntry) -> bool:
+        # step 2c: while retrying, one batch in flight, and only the first in sequence
+        return p.on_wire_count == 0 and p.first_in_flight() is entry
+
+    def assign_sequence(self, batch: SequencedBatch) -> None:
+        """Steps 3-5, for a batch ``can_send`` allowed, right before it is sent.
+
+        A new batch gets the partition's next sequence and the current id and epoch; a retried
+        batch keeps its sequence, unless the partition restarts now (then every held batch is
+        renumbered from 0 in order: seed 001's sequence adjustment). Either way it is in flight.
+        """
+        if self._state is not ProducerIdState.READY:
+            raise IllegalStateError(f"cannot assign a sequence in state {self._state.name}")
+        p = self.partition_state(batch)
+        if batch.base_sequence >= 0:
+            entry = self._held_entry(p, batch)
+            if not self._retry_allowed(p, entry):
+                raise IllegalStateError(f"{p.topic}-{p.partition}: retry of sequence "
+                                        f"{batch.base_sequence} is not allowed now (step 2c)")
+            self._maybe_restart(p)
+            p.mark_on_wire(entry, True)
+            return
+        if not self._new_batch_allowed(p):
+            raise IllegalStateError(f"{p.topic}-{p.partition}: a new batch may not be sent now "
+                                    f"(step 2); ask can_send first")
+        self._maybe_restart(p)
+        seq = p.next_sequence
+        batch.stamp(self._producer_id, self._producer_epoch, seq)
+        p.next_sequence = increment_sequence(seq, batch.record_count)
+        p.add(InFlightEntry(batch, on_wire=True))
+        self._in_flight_total += 1
+
+    def _maybe_restart(self, p: PartitionSequenceState) -> None:
+        """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
+
+        It asked for the reset: its held batches are renumbered (nothing is on the wire, which
+        the callers ensured). It did not: only once it holds nothing at all, so batches that
+        may already be written finish under the old epoch, where the broker de-duplicates them.
+        """
+        if not p.is_stale(self._producer_id, self._producer_epoch) or p.on_wire_count:
+            return
+        if p.in_flight and not p.reset_requested:
+            return
+        if p.producer_id != NO_PRODUCER_ID:
+            self._sequence_resets += 1  # the first start is not a reset
+        p.restart_sequences(self._producer_id, self._producer_epoch)
+        self._with_unresolved.discard((p.topic, p.partition))
+        log.debug("[client %s] %s-%d: sequences restart at 0 under producer id %d epoch %d "
+                  "(%d held batch(es) renumbered)", self._client_id, p.topic, p.partition,
+                  self._producer_id, self._producer_epoch, len(p.in_flight))
+
+    def on_not_sent(self, batch: SequencedBatch) -> None:
+        """A batch got its sequence but never left the client (no connection after all): it
+        is held again, first in sequence order, like a retry."""
+        p = self.partition_state(batch)
+        entry = p.entry_for(batch)
+        if entry is None:
+            raise IllegalStateError(f"{p.topic}-{p.partition}: on_not_sent for an untracked "
+                                    f"batch")
+        p.mark_on_wire(entry, False)
+        p.mark_retried(entry)
+
+    # ---- answers (steps 8, 9) -----------------------------------------------------------
+
+    def on_success(self, batch: SequencedBatch, *, base_offset: int,
+                   duplicate: bool = False) -> None:
+        """Step 9 (and DUPLICATE_SEQUENCE_NUMBER, ``duplicate=True``, offset -1): the records
+        are written. Also for a batch that already expired: its success resolves (step 1a)."""
+        p = self.partition_state(batch)
+        entry = p.entry_for(batch)
+        if entry is not None:
+            p.remove(entry)
+            self._in_flight_total -= 1
+        if batch.base_sequence >= 0 and not p.is_stale(batch.producer_id,
+                                                       batch.producer_epoch):
+            if entry is not None and not p.is_next_sequence(batch.base_sequence):
+                log.debug("[client %s] %s-%d: acknowledged sequence %d after %d (out of order "
+                          "answers, e.g. across a leader change)", self._client_id, p.topic,
+                          p.partition, batch.base_sequence, p.last_acked_sequence)
+            p.acknowledge(batch.base_sequence, batch.record_count,
+                          -1 if duplicate else base_offset)
+        if p.unresolved:
+            self.check_unresolved(p)
+
+    def on_error(self, batch: SequencedBatch, error_code: int, now: float | None = None,
+                 decision: RetryDecision | None = None) -> RetryDecision:
+        """Step 8: the broker answered with an error (or the request failed; the sender then
+        passes NETWORK_EXCEPTION or REQUEST_TIMED_OUT). ``decision`` is ``retry_policy``'s
+        general view; the answer refines it with the idempotence rules.
+        """
+        code = ErrorCode.of(int(error_code))
+        self.last_error_at = self._clock() if now is None else now
+        if decision is None:
+            decision = classify(code, attempts=batch.attempts + 1, idempotent=True,
+                                delivery_deadline_passed=False, record_count=batch.record_count,
+                                retries=self._retries, transactional=self._transactional,
+                                backoff=self._backoff)
+        p = self.partition_state(batch)
+        entry = p.entry_for(batch)
+        if self._state is ProducerIdState.FATAL:
+            self._forget(p, entry)
+            return replace(decision, action=Action.FATAL, retriable=False,
+                           reason=f"producer already failed: {self._fatal_error!r}")
+        if decision.action is Action.FATAL:
+            self._forget(p, entry)
+            self.fail_fatally(_error_for(code, batch))
+            return decision
+        if entry is None:
+            return replace(decision, action=Action.FAIL, retriable=False,
+                           reason="batch no longer tracked (expired or completed)")
+        if not entry.on_wire:
+            raise IllegalStateError(f"{p.topic}-{p.partition}: an answer for sequence "
+                                    f"{batch.base_sequence}, which is not on the wire")
+        p.mark_on_wire(entry, False)
+        entry.possibly_written = entry.possibly_written or decision.possibly_written
+        if decision.action is Action.COMPLETE:
+            self.on_success(batch, base_offset=-1, duplicate=True)
+            return decision
+        if decision.action is Action.SPLIT:
+            p.mark_retried(entry)  # held until on_split replaces it
+            return decision
+        if decision.action is Action.RETRY:
+            reset = self._needs_reset_before_retry(p, entry, code)
+            p.mark_retried(entry)
+            self._retries_done += 1
+            if reset:
+                self._request_reset(p, f"{code.name} for sequence {batch.base_sequence} "
+                                       f"(step 8b)")
+            return replace(decision, reset_sequences=reset)
+        # FAIL: the batch is done with
+        p.remove(entry)
+        self._in_flight_total -= 1
+        if decision.retriable and entry.possibly_written:
+            self._add_unresolved(p, batch)  # out of time after an ambiguous attempt: step 6
+            return decision
+        why = "out of time" if decision.retriable else "not retriable (step 8a)"
+        self._request_reset(p, f"{code.name} failed sequence {batch.base_sequence}, {why}")
+        return replace(decision, reset_sequences=True)
+
+    def _needs_reset_before_retry(self, p: PartitionSequenceState, entry: InFlightEntry,
+                                  code: ErrorCode) -> bool:
+        """Seed 000, step 8b, for UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+        "Unless a SEQ reset already happened" is read per partition: a reset already requested
+        and not yet performed covers every answer that arrives before it. Answers from before
+        a reset cannot arrive after it here (a reset waits until nothing is on the wire), so
+        unlike Java no per-batch "sequence was reset" flag is needed, and a broker that loses
+        our state again later gets a new reset instead of endless retries.
+        """
+        if code not in (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+            return False
+        if p.reset_requested:
+            return False  # the pending reset will renumber this batch too: just retry
+        if code is ErrorCode.UNKNOWN_PRODUCER_ID:
+            return True  # the broker lost our state (retention): bump & reset, then retry
+        # A real gap, proved by the broker, exists only if what comes right before this batch
+        # is known: acknowledged (then the broker lost it), or unresolved (then it was not
+        # written). If it is a batch still being retried, the gap closes by itself: retry.
+        # The seed says "the next after the *largest* unresolved" and "unresolved is empty";
+        # this is both, restricted like Java's (a batch that is not next just retries) and
+        # extended to any unresolved predecessor, which otherwise stalls until expiry.
+        base = entry.batch.base_sequence
+        return p.is_next_sequence(base) or p.follows_unresolved(base)
+
+    def _forget(self, p: PartitionSequenceState, entry: InFlightEntry | None) -> None:
+        if entry is not None:
+            p.remove(entry)
+            self._in_flight_total -= 1
+
+    def on_split(self, batch: SequencedBatch, new_batches: Sequence[SequencedBatch]) -> None:
+        """MESSAGE_TOO_LARGE split ``batch`` (seed 000, Batch Splitting, step 4): the new
+        batches take its sequence range, in order, and its place among the held batches. The
+        broker never wrote the big batch, so these sequences are fresh to it."""
+        p = self.partition_state(batch)
+        entry = self._held_entry(p, batch)
+        if sum(b.record_count for b in new_batches) != batch.record_count or not new_batches:
+            raise IllegalStateError(
+                f"{p.topic}-{p.partition}: a split must keep the {batch.record_count} records "
+                f"of sequence {batch.base_sequence}, got "
+                f"{[b.record_count for b in new_batches]}")
+        seq = batch.base_sequence
+        entries = []
+        for new in new_batches:
+            new.stamp(batch.producer_id, batch.producer_epoch, seq)
+            seq = increment_sequence(seq, new.record_count)
+            entries.append(InFlightEntry(new, on_wire=False, retried=True))
+        p.replace(entry, entries)
+        self._in_flight_total += len(entries) - 1
+        self._splits += 1
+
+    # ---- expiry (step 6) ----------------------------------------------------------------
+
+    def on_delivery_timeout(self, batch: SequencedBatch, *,
+                            possibly_written: bool = True) -> None:
+        """A batch outlived delivery.timeout.ms; the sender fails its records.
+
+        Never drained: no sequence was consumed, nothing to do. Drained: it leaves in_flight;
+        if it may have been written (on the wire, an ambiguous answer, or the sender says so)
+        it becomes unresolved (step 6) and blocks new batches until resolved; if it certainly
+        was not written, later sequences have a gap: bump & reset (Java: failed batch with
+        adjusted sequences, which the idempotent producer does by bumping).
+        """
+        p = self.partition_state(batch)
+        entry = p.entry_for(batch)
+        if entry is None:
+            return
+        written = entry.on_wire or entry.possibly_written or possibly_written
+        p.remove(entry)
+        self._in_flight_total -= 1
+        if written:
+            self._add_unresolved(p, batch)
+        else:
+            self._request_reset(p, f"sequence {batch.base_sequence} expired unsent")
+
+    def _add_unresolved(self, p: PartitionSequenceState, batch: SequencedBatch) -> None:
+        p.unresolved.append(UnresolvedRange(
+            batch.base_sequence, last_sequence(batch.base_sequence, batch.record_count),
+            batch.producer_id, batch.producer_epoch))
+        self._with_unresolved.add((p.topic, p.partition))
+        self._unresolved_total += 1
+        self.check_unresolved(p)
+
+    # ---- KIP-1269 -------------------------------------------------------------------------
+
+    def on_leader_change(self, tp: TopicPartitionLike) -> None:
+        """The new leader may be an old broker that retains 5 batches (seed 002)."""
+        self.partition_state(tp).in_flight_limit = DEFAULT_IN_FLIGHT_LIMIT
+
+    def on_response_batches_to_retain(self, tp: TopicPartitionLike, batches: int) -> None:
+        """ProduceResponse's ProducerStateBatchesToRetain for ``tp`` (seed 002); values < 1
+        cannot be a real window and are ignored."""
+        if batches > 0:
+            self.partition_state(tp).in_flight_limit = batches
+
+    # ---- introspection --------------------------------------------------------------------
+
+    def statistics(self) -> IdempotenceStatistics:
+        return IdempotenceStatistics(
+            state=self._state, producer_id=self._producer_id,
+            producer_epoch=self._producer_epoch, partitions=len(self._partitions),
+            in_flight_batches=self._in_flight_total,
+            partitions_with_unresolved=len(self._with_unresolved),
+            epoch_bumps=self._epoch_bumps,
+            producer_id_resets=max(0, self._fresh_producer_ids - 1),
+            sequence_resets=self._sequence_resets, retries=self._retries_done,
+            splits=self._splits, unresolved_batches=self._unresolved_total,
+            resolved_batches=self._resolved_total)
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        fatal = f" fatal={self._fatal_error!r}" if self._fatal_error is not None else ""
+        return (f"<IdempotenceManager {s.state.name} pid={s.producer_id} "
+                f"epoch={s.producer_epoch} partitions={s.partitions} "
+                f"in_flight={s.in_flight_batches} unresolved={s.partitions_with_unresolved} "
+                f"bumps={s.epoch_bumps} resets={s.sequence_resets}{fatal}>")
+
+
+def _error_for(code: ErrorCode, batch: SequencedBatch) -> BaseException:
+    cls = error_for_code(int(code))
+    return cls(f"{batch.topic}-{batch.partition}: {cls.message}")

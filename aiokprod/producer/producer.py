@@ -1,0 +1,456 @@
+"""``Producer``: the public face that wires config, cluster, pool, accumulator and sender.
+
+``send`` is the hot path. It validates and serializes, finds the partition, and appends into
+the accumulator — all without yielding to the loop unless it must wait for metadata (first
+send to a topic) or for buffer memory, each bounded by ``max_block_ms``. It returns the
+record's delivery future; the sender task resolves it when the broker answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from aiokprod._backoff import ExponentialBackoff
+from aiokprod.config import ProducerConfig
+from aiokprod.errors import (
+    IllegalStateError,
+    KafkaError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SerializationError,
+)
+from aiokprod.metrics import ProducerMetrics
+from aiokprod.network.cluster import Cluster
+from aiokprod.producer.accumulator import RecordAccumulator, estimate_record_size
+from aiokprod.producer.batch import RecordMetadata
+from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.partitioner import BuiltinPartitioner
+from aiokprod.producer.sender import Sender
+from aiokprod.records import CompressionRatioEstimator, CompressionType
+
+__all__ = ["Producer"]
+
+log = logging.getLogger(__name__)
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+class Producer:
+    """An asyncio Kafka producer. Use ``async with Producer(...)`` or ``start()``/``close()``."""
+
+    def __init__(self, bootstrap_servers: str | Sequence[str] | None = None,
+                 **config: Any) -> None:
+        if bootstrap_servers is not None:
+            config["bootstrap_servers"] = bootstrap_servers
+        self._config = ProducerConfig(**config)
+        self._started = False
+        self._closed = False
+        self._cluster: Cluster | None = None
+        self._sender: Sender | None = None
+        self._acc: RecordAccumulator | None = None
+        self._pool: BufferPool | None = None
+        self._metrics: ProducerMetrics | None = None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Producer:
+        """Build from Java-style dotted names (``{"bootstrap.servers": ..., "linger.ms": 5}``)."""
+        return cls(**_as_kwargs(ProducerConfig.from_mapping(config)))
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self._config
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the background tasks; returns once they run (it does not wait for a broker).
+
+        The first ``send`` to a topic waits for its metadata, bounded by ``max_block_ms``.
+        """
+        if self._started:
+            return
+        if self._closed:
+            raise ProducerClosedError("cannot start a closed producer")
+        cfg = self._config
+        clock = time.monotonic
+        self._metrics = ProducerMetrics.for_config(cfg, clock=clock)
+        self._cluster = Cluster(
+            cfg.bootstrap_servers, client_id=cfg.client_id,
+            request_timeout_ms=cfg.request_timeout_ms,
+            connect_timeout_ms=cfg.socket_connection_setup_timeout_ms,
+            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms, metadata_max_age_ms=cfg.metadata_max_age_ms,
+            clock=clock)
+        self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size, clock=clock,
+                                metrics=self._metrics)
+        self._compression = CompressionType.from_name(cfg.compression_type)
+        self._estimator = CompressionRatioEstimator()
+        retry_backoff = ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms)
+        self._acc = RecordAccumulator(
+            pool=self._pool, batch_size=cfg.batch_size, linger_ms=cfg.linger_ms,
+            delivery_timeout_ms=cfg.delivery_timeout_ms, compression=self._compression,
+            estimator=self._estimator, compression_level=cfg.compression_level(),
+            retry_backoff=retry_backoff.backoff_ms, clock=clock, on_wakeup=self._wakeup)
+        self._metrics.bind_gauge("metadata-age", self._cluster.metadata_age)
+        self._metrics.bind_gauge("connection-count",
+                                 lambda: self._cluster.statistics().connections
+                                 if self._cluster is not None else 0)
+        # bump epochs through the broker (KIP-360), falling back to a fresh producer id where
+        # the broker refuses (Tansu fences any epoch it did not hand out)
+        idempotence = IdempotenceManager(
+            clock=clock, bump_via_init_producer_id=True, retries=cfg.retries,
+            backoff=retry_backoff, client_id=cfg.client_id) if cfg.enable_idempotence else None
+        self._sender = Sender(
+            cluster=self._cluster, accumulator=self._acc, idempotence=idempotence,
+            acks=cfg.acks, request_timeout_ms=cfg.request_timeout_ms,
+            delivery_timeout_ms=cfg.delivery_timeout_ms, retries=cfg.retries,
+            max_in_flight=cfg.max_in_flight_requests_per_connection,
+            max_request_size=cfg.max_request_size,
+            transaction_timeout_ms=cfg.transaction_timeout_ms, client_id=cfg.client_id,
+            on_ack=self._on_acknowledgement if cfg.interceptors else None,
+            metrics=self._metrics, clock=clock)
+        self._partitioner = BuiltinPartitioner.from_config(cfg)
+        self._acc.on_queue_sizes = self._partitioner.update_queue_sizes
+        self._key_serializer = cfg.key_serializer
+        self._value_serializer = cfg.value_serializer
+        self._interceptors = tuple(cfg.interceptors)
+        self._max_block = cfg.max_block_ms
+        self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
+        # below this, key + value alone cannot make a record too large (the estimate adds at
+        # most the per-record overhead): the hot path skips the full estimate
+        self._max_record_fast = self._max_record - 64
+        self._cluster.start()
+        self._sender.start()
+        self._started = True
+        if getattr(cfg, "idempotence_disabled_reason", None):
+            log.info("[client %s] idempotence disabled: %s", cfg.client_id,
+                     cfg.idempotence_disabled_reason)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush what is queued and stop, within ``timeout`` seconds if given.
+
+        Records not delivered by then fail with ``ProducerClosedError``. Shielded: cancelling
+        the caller does not abandon the shutdown half-way (it still completes in the
+        background). Calling it again is harmless.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if not self._started:
+            return
+        task = asyncio.ensure_future(self._shutdown(timeout))
+        await asyncio.shield(task)
+
+    async def _shutdown(self, timeout: float | None) -> None:
+        assert self._sender is not None and self._cluster is not None
+        await self._sender.close(timeout)
+        await self._cluster.close()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    # ---- sending ---------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; returns its delivery future (await it for ``RecordMetadata``).
+
+        Suspends only to wait for the topic's metadata or for buffer memory, each at most
+        ``max_block_ms``. Cancelling it while it waits leaves nothing queued.
+        """
+        acc = self._acc
+        sender = self._sender
+        if acc is None or sender is None or self._closed:
+            raise self._not_sending_error()
+        fatal = sender.fatal_error
+        if fatal is not None:
+            raise KafkaError(f"producer is in a fatal state: {fatal}") from fatal
+        if self._interceptors:
+            topic, value, key, partition, timestamp_ms, headers = self._on_send(
+                topic, value, key, partition, timestamp_ms, headers)
+        # the common case (bytes or None, no serializer) costs no call
+        if self._key_serializer is None and (key is None or type(key) is bytes):
+            key_bytes: bytes | None = key
+        else:
+            key_bytes = self._serialize_key(topic, key)
+        if self._value_serializer is None and (value is None or type(value) is bytes):
+            value_bytes: bytes | None = value
+        else:
+            value_bytes = self._serialize_value(topic, value)
+        if headers is not None:
+            headers = _check_headers(headers)
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), "
+                             f"got {timestamp_ms!r}")
+        size = (0 if key_bytes is None else len(key_bytes)) + \
+            (0 if value_bytes is None else len(value_bytes))
+        if headers or size > self._max_record_fast:
+            size = estimate_record_size(key_bytes, value_bytes, headers)
+        if size > self._max_record:
+            raise RecordTooLargeError(
+                f"The message is {size} bytes when serialized which is larger than "
+                f"{self._max_record}, the smaller of max.request.size="
+                f"{self._config.max_request_size} and buffer.memory={self._config.buffer_memory}")
+        cluster = self._cluster
+        assert cluster is not None
+        start = 0.0
+        meta = cluster.view.topics.get(topic)
+        if meta is None or not meta.partition_ids:
+            start = time.monotonic()
+            meta = await cluster.wait_for_topic(topic, self._max_block)
+        if partition is None:
+            partition = self._partitioner.partition(topic, key_bytes, value_bytes,
+                                                    meta.partition_ids, meta.available_partitions)
+        elif partition not in meta.partitions:
+            raise ValueError(f"partition {partition} of topic {topic!r} does not exist: it has "
+                             f"partitions 0..{len(meta.partition_ids) - 1}")
+        future = acc.try_append(topic, partition, timestamp_ms, key_bytes, value_bytes, headers)
+        if future is None:
+            if not start:
+                start = time.monotonic()
+            future = await self._append_waiting(topic, partition, timestamp_ms, key_bytes,
+                                                value_bytes, headers, start)
+        self._partitioner.on_append(topic, partition, size)
+        return future
+
+    async def _append_waiting(self, topic: str, partition: int, timestamp_ms: int,
+                              key: bytes | None, value: bytes | None, headers: Headers | None,
+                              start: float) -> asyncio.Future[RecordMetadata]:
+        acc, pool = self._acc, self._pool
+        assert acc is not None and pool is not None
+        size = acc.allocation_size(key, value, headers)
+        remaining = max(0.0, self._max_block - (time.monotonic() - start) * 1000)
+        buffer = await pool.allocate(size, remaining)
+        if self._closed:
+            pool.deallocate(buffer, size)
+            raise ProducerClosedError("producer closed while this send waited for memory")
+        return acc.append_with_buffer(topic, partition, timestamp_ms, key, value, headers,
+                                      buffer, size)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait for its acknowledgement.
+
+        Cancelling the caller stops the waiting, not the record: it may still be delivered,
+        and the producer stays fully usable.
+        """
+        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await future
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        keys: Iterable[Any] | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> asyncio.Future[list[RecordMetadata]]:
+        """Queue many records of one topic; one future for all of them.
+
+        Far cheaper per record than ``send``: the per-call checks run once, and records
+        are appended in a tight loop. The future resolves to the list of ``RecordMetadata``
+        in input order, or fails with the first error any of the records met.
+        """
+        futures: list[asyncio.Future[RecordMetadata]] = []
+        if keys is None:
+            for value in values:
+                futures.append(await self.send(topic, value, None, partition, timestamp_ms,
+                                               headers))
+        else:
+            for value, key in itertools.zip_longest(values, keys):
+                futures.append(await self.send(topic, value, key, partition, timestamp_ms,
+                                               headers))
+        loop = asyncio.get_running_loop()
+        return _gather_in_order(loop, futures)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Make everything queued sendable now and wait until it is acknowledged or failed.
+
+        Bounded by ``timeout`` if given (raises ``KafkaTimeoutError``), otherwise by
+        ``delivery_timeout_ms``, which no batch outlives.
+        """
+        acc = self._acc
+        if acc is None:
+            raise self._not_sending_error()
+        pending = acc.begin_flush()
+        try:
+            waits = [b.deliveries[-1][0] for b in pending if b.deliveries]
+            if waits:
+                _, not_done = await asyncio.wait(waits, timeout=timeout)
+                if not_done:
+                    from aiokprod.errors import KafkaTimeoutError
+
+                    raise KafkaTimeoutError(
+                        f"flush(timeout={timeout}) expired with {len(not_done)} batch(es) "
+                        f"undelivered")
+        finally:
+            acc.end_flush()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """Partition ids of ``topic``, waiting for its metadata up to ``max_block_ms``."""
+        if self._cluster is None or self._closed:
+            raise self._not_sending_error()
+        meta = await self._cluster.wait_for_topic(topic, self._max_block)
+        return list(meta.partition_ids)
+
+    def metrics(self) -> dict[str, float]:
+        """Java-named producer metrics, keyed ``group:name{tags}`` (e.g.
+        ``producer-metrics:record-send-rate{client-id=...}``)."""
+        if self._metrics is None:
+            return {}
+        return self._metrics.registry.snapshot_flat()
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _not_sending_error(self) -> KafkaError:
+        if self._closed:
+            return ProducerClosedError("the producer is closed: send() after close()")
+        return IllegalStateError("the producer is not started: call `await producer.start()` "
+                                 "or use `async with Producer(...)`")
+
+    def _wakeup(self) -> None:
+        sender = self._sender
+        if sender is not None:
+            sender.wakeup()
+
+    def _serialize_key(self, topic: str, key: Any) -> bytes | None:
+        serializer = self._key_serializer
+        if serializer is not None:
+            try:
+                key = serializer(key)
+            except Exception as exc:
+                raise SerializationError(f"key_serializer failed for topic {topic!r}: {exc!r}"
+                                         ) from exc
+        if key is None or type(key) is bytes:
+            return key
+        if isinstance(key, _BYTES_LIKE):
+            return bytes(key)
+        raise TypeError(f"key must be bytes or None (got {type(key).__name__}); "
+                        f"configure key_serializer to send other types")
+
+    def _serialize_value(self, topic: str, value: Any) -> bytes | None:
+        serializer = self._value_serializer
+        if serializer is not None:
+            try:
+                value = serializer(value)
+            except Exception as exc:
+                raise SerializationError(
+                    f"value_serializer failed for topic {topic!r}: {exc!r}") from exc
+        if value is None or type(value) is bytes:
+            return value
+        if isinstance(value, _BYTES_LIKE):
+            return bytes(value)
+        raise TypeError(f"value must be bytes or None (got {type(value).__name__}); "
+                        f"configure value_serializer to send other types")
+
+    def _on_send(self, topic: str, value: Any, key: Any, partition: int | None,
+                 timestamp_ms: int | None, headers: Headers | None) -> tuple[Any, ...]:
+        record = (topic, value, key, partition, timestamp_ms, headers)
+        for interceptor in self._interceptors:
+            hook = getattr(interceptor, "on_send", None)
+            if hook is None:
+                continue
+            try:
+                result = hook(*record)
+            except Exception:  # Java: an interceptor's failure is logged, the record goes on
+                log.exception("on_send interceptor %r raised", interceptor)
+                continue
+            if result is not None:
+                record = tuple(result)
+        return record
+
+    def _on_acknowledgement(self, md: RecordMetadata | None, error: BaseException | None
+                            ) -> None:
+        for interceptor in self._interceptors:
+            hook = getattr(interceptor, "on_acknowledgement", None)
+            if hook is not None:
+                hook(md, error)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("started" if self._started else "new")
+        return (f"<Producer client_id={self._config.client_id!r} {state} "
+                f"bootstrap={','.join(self._config.bootstrap_servers)}>")
+
+
+def _check_headers(headers: Headers) -> list[tuple[str, bytes | None]]:
+    checked: list[tuple[str, bytes | None]] = []
+    for item in headers:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"headers must be (str, bytes | None) pairs, got {item!r}")
+        hkey, hvalue = item
+        if not isinstance(hkey, str):
+            raise TypeError(f"header key must be str, got {type(hkey).__name__}: {hkey!r}")
+        if hvalue is not None and not isinstance(hvalue, _BYTES_LIKE):
+            raise TypeError(f"header {hkey!r} value must be bytes or None, "
+                            f"got {type(hvalue).__name__}")
+        checked.append((hkey, None if hvalue is None else bytes(hvalue)))
+    return checked
+
+
+def _gather_in_order(loop: asyncio.AbstractEventLoop,
+                     futures: list[asyncio.Future[RecordMetadata]]
+                     ) -> asyncio.Future[list[RecordMetadata]]:
+    """One future over many deliveries, resolved when the last one is, without a task."""
+    result: asyncio.Future[list[RecordMetadata]] = loop.create_future()
+    remaining = len(futures)
+    if not remaining:
+        result.set_result([])
+        return result
+
+    def on_done(_: asyncio.Future[RecordMetadata]) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining or result.done():
+            return
+        for f in futures:
+            if f.cancelled():
+                result.cancel()
+                return
+            exc = f.exception()
+            if exc is not None:
+                result.set_exception(exc)
+                return
+        result.set_result([f.result() for f in futures])
+
+    for f in futures:
+        f.add_done_callback(on_done)
+    return result
+
+
+def _as_kwargs(config: ProducerConfig) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if f.init}

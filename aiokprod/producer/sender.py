@@ -1,0 +1,590 @@
+"""The sender: the one background task that does produce I/O.
+
+Each wake-up (seed 004, "Sender"): expire what outlived ``delivery_timeout_ms`` → ask the
+accumulator which nodes are ready → keep those with a live connection and room under
+``max_in_flight_requests_per_connection`` → drain one request per node → write them. Responses
+are handled in the connection's callback, synchronously: batches complete, are retried in
+sequence order after a backoff, split, or fail — then the sender is woken to send more.
+
+It sleeps on a single timer per wake-up (``_Waker``), woken early by: a new or full batch, a
+response, a connection that opened, new metadata, flush and close. There is no timer per record
+or per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokprod.errors import (
+    BrokerResponseError,
+    KafkaConnectionError,
+    KafkaError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    error_for_code,
+)
+from aiokprod.network.cluster import Cluster
+from aiokprod.network.metadata import BrokerNode, TopicPartition
+from aiokprod.producer.accumulator import RecordAccumulator
+from aiokprod.producer.batch import ProducerBatch, RecordMetadata
+from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.retry_policy import classify
+from aiokprod.protocol import InitProducerIdRequest, ProduceRequest
+
+__all__ = ["Sender", "SenderStatistics"]
+
+log = logging.getLogger(__name__)
+
+_NONE = 0
+_DUPLICATE_SEQUENCE_NUMBER = 46
+_NETWORK_EXCEPTION = 13
+_REQUEST_TIMED_OUT = 7
+_MESSAGE_TOO_LARGE = 10
+# Produce v13+ names topics by id (KIP-516); until topic ids are wired through, stay below it.
+_PRODUCE_MAX_VERSION_BY_NAME = 12
+
+
+class _Waker:
+    """One pending timer per sleep; ``wake()`` ends the sleep early. Cheaper than wait_for."""
+
+    __slots__ = ("_future", "_loop", "_timer", "woken")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._future: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.woken = False  # a wake() arrived while not sleeping: skip the next sleep
+
+    def wake(self) -> None:
+        future = self._future
+        if future is None:
+            self.woken = True
+        elif not future.done():
+            future.set_result(None)
+
+    async def sleep(self, delay: float) -> None:
+        if self.woken:
+            self.woken = False
+            return
+        future = self._future = self._loop.create_future()
+        timer = None
+        if delay != float("inf"):
+            timer = self._loop.call_later(max(delay, 0.0), _resolve, future)
+        try:
+            await future
+        finally:
+            self._future = None
+            if timer is not None:
+                timer.cancel()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+@dataclass(frozen=True)
+class SenderStatistics:
+    in_flight_requests: int
+    in_flight_batches: int
+    requests_sent: int
+    batches_sent: int
+    retries: int
+    failed_batches: int
+    producer_id: int
+    producer_epoch: int
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        accumulator: RecordAccumulator,
+        idempotence: IdempotenceManager | None,
+        acks: int,
+        request_timeout_ms: int,
+        delivery_timeout_ms: int,
+        retries: int,
+        max_in_flight: int,
+        max_request_size: int,
+        transaction_timeout_ms: int = 60000,
+        client_id: str = "aiokprod",
+        on_ack: Callable[[RecordMetadata | None, BaseException | None], None] | None = None,
+        metrics: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cluster = cluster
+        self._acc = accumulator
+        self._idem = idempotence
+        self._acks = acks
+        self._request_timeout_ms = request_timeout_ms
+        self._delivery_timeout = delivery_timeout_ms / 1000
+        self._retries = retries
+        self._max_in_flight = max_in_flight
+        self._max_request_size = max_request_size
+        self._transaction_timeout_ms = transaction_timeout_ms
+        self._client = client_id
+        self._on_ack = on_ack
+        self._metrics = metrics
+        self._clock = clock
+        self._waker = _Waker()
+        self._in_flight_requests: dict[int, int] = {}  # node → produce requests awaiting answers
+        self._in_flight: set[ProducerBatch] = set()  # batches sent and not answered
+        self._task: asyncio.Task[None] | None = None
+        self._init_task: asyncio.Task[None] | None = None
+        self._closing = False  # deliver what is queued, then stop
+        # set once: every later send fails with it (a plain attribute: send() reads it per record)
+        self.fatal_error: BaseException | None = None
+        self._requests_sent = 0
+        self._batches_sent = 0
+        self._retries_done = 0
+        self._failed_batches = 0
+        self._idle = asyncio.Event()
+        cluster.on_change.append(self.wakeup)
+        if metrics is not None:
+            metrics.bind_gauge("requests-in-flight",
+                               lambda: sum(self._in_flight_requests.values()))
+        if idempotence is not None:
+            cluster.on_leaders_moved.append(self._on_leaders_moved)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"aiokprod-sender[{self._client}]")
+
+    def wakeup(self) -> None:
+        self._waker.wake()
+
+    async def close(self, timeout: float | None) -> None:
+        """Deliver everything queued, within ``timeout`` seconds; then fail what is left.
+
+        ``timeout=None`` waits until every batch is done; that is bounded too, because no batch
+        outlives ``delivery_timeout_ms``.
+        """
+        self._closing = True
+        self._acc.close()
+        self.wakeup()
+        task = self._task
+        if task is None:
+            self._abort_everything(ProducerClosedError("producer closed before it started"))
+            return
+        finished = False
+        if timeout is None or timeout > 0:
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            finished = bool(done)
+        if not finished:
+            self._abort_everything(ProducerClosedError(
+                f"producer closed with timeout={timeout}s before these records were delivered"))
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        else:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._init_task is not None:
+            self._init_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._init_task
+
+    def _abort_everything(self, error: BaseException) -> None:
+        for batch in self._acc.abort_queued():
+            self._fail(batch, error)
+        for batch in list(self._in_flight):
+            self._fail(batch, error)
+        for batch in self._acc.incomplete_batches():
+            self._fail(batch, error)
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                if self._closing and not self._acc.has_incomplete() and not self._in_flight:
+                    return
+                delay = self._run_once(self._clock())
+                await self._waker.sleep(delay)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug here must not leave sends hanging forever
+            log.exception("[client %s] sender crashed", self._client)
+            self.fatal_error = exc
+            self._abort_everything(KafkaError(f"sender task crashed: {exc!r}"))
+            raise
+
+    def _run_once(self, now: float) -> float:
+        acc = self._acc
+        cluster = self._cluster
+        self._expire(now)
+        idem = self._idem
+        if idem is not None and self.fatal_error is None and idem.needs_producer_id():
+            self._ensure_producer_id()
+        view = cluster.view
+        ready = acc.ready(view, now)
+        if ready.unknown_leader_topics:
+            for topic in ready.unknown_leader_topics:
+                cluster.add_topic(topic)
+            cluster.request_update()
+        delay = min(ready.next_ready_delay, acc.next_expiry_delay(now),
+                    self._next_in_flight_expiry(now))
+        nodes: list[int] = []
+        for node in ready.ready_nodes:
+            conn = cluster.ready_connection(node)
+            if conn is None:
+                wait = cluster.connection_delay(node)
+                if wait > 0:
+                    delay = min(delay, wait)
+                continue  # on_change wakes us when it connects
+            if self._in_flight_requests.get(node, 0) >= self._max_in_flight:
+                continue  # a response wakes us
+            nodes.append(node)
+        if not nodes:
+            return delay
+        if idem is not None:
+            drained = acc.drain(view, nodes, self._max_request_size, now,
+                                can_send=lambda b: idem.can_send(b, now),
+                                on_drain=idem.assign_sequence)
+        else:
+            drained = acc.drain(view, nodes, self._max_request_size, now)
+        for node, batches in drained.items():
+            self._send_produce(node, batches, now)
+        if drained:
+            return 0.0 if ready.next_ready_delay == 0 else delay
+        return delay
+
+    # ---- producer id (idempotence) ---------------------------------------------------------
+
+    def _ensure_producer_id(self) -> None:
+        if self._init_task is None or self._init_task.done():
+            self._init_task = asyncio.get_running_loop().create_task(
+                self._init_producer_id(), name=f"aiokprod-init-pid[{self._client}]")
+
+    async def _init_producer_id(self) -> None:
+        """InitProducerId, trying versions until one works (Tansu rejects v0), with backoff.
+
+        Bounded: attempts continue only while records wait; each is bounded by
+        request_timeout_ms, and the records themselves by delivery_timeout_ms.
+        """
+        idem = self._idem
+        if idem is None:
+            return
+        attempt = 0
+        failed_versions: set[int] = set()
+        while idem.needs_producer_id() and not self.fatal_error:
+            try:
+                conn = await self._cluster.any_connection()
+                pid, epoch = idem.init_producer_id_params()
+                top = conn.version_for(InitProducerIdRequest)
+                lo = max(InitProducerIdRequest.MIN_VERSION,
+                         conn.broker_versions[InitProducerIdRequest.API_KEY][0])
+                candidates = [v for v in range(top, lo - 1, -1) if v not in failed_versions]
+                if pid >= 0:
+                    bump_ok = [v for v in candidates if v >= 3]  # KIP-360 arrived in v3
+                    if not bump_ok:
+                        idem.on_bump_unsupported()
+                        continue
+                    candidates = bump_ok
+                if not candidates:
+                    failed_versions.clear()
+                    raise KafkaConnectionError("no InitProducerId version worked; retrying")
+                version = candidates[0]
+                request = InitProducerIdRequest(
+                    transactional_id=None, transaction_timeout_ms=self._transaction_timeout_ms,
+                    producer_id=pid, producer_epoch=epoch)
+                try:
+                    response = await conn.request(request, version=version)
+                except KafkaError as exc:
+                    if isinstance(exc, KafkaConnectionError) and not conn.connected and \
+                            conn.closed_cause is not None and "malformed" not in str(exc):
+                        # the broker dropped the connection on this version: try another one
+                        failed_versions.add(version)
+                    raise
+                code = response.error_code
+                if code == _NONE:
+                    idem.on_producer_id(response.producer_id, response.producer_epoch)
+                    log.info("[client %s] producer id %d epoch %d (InitProducerId v%d)",
+                             self._client, response.producer_id, response.producer_epoch, version)
+                    self.wakeup()
+                    return
+                err = error_for_code(code)
+                if pid >= 0 and not err.retriable:
+                    # the broker refused the KIP-360 bump (Tansu answers UNKNOWN_SERVER_ERROR):
+                    # fall back to a fresh producer id, which resets every sequence
+                    log.info("[client %s] epoch bump refused (%s); asking for a new producer "
+                             "id", self._client, err.__name__)
+                    idem.on_bump_unsupported()
+                    continue
+                if code in (35, 42):
+                    failed_versions.add(version)
+                    continue
+                if not err.retriable:
+                    raise err(f"InitProducerId v{version} failed: {err.message}")
+                raise err(f"InitProducerId v{version}: {err.message}")
+            except asyncio.CancelledError:
+                raise
+            except BrokerResponseError as exc:
+                if not exc.retriable:
+                    self._set_fatal(exc)
+                    return
+                log.debug("[client %s] InitProducerId: %s", self._client, exc)
+            except (KafkaError, OSError) as exc:
+                log.debug("[client %s] InitProducerId: %s", self._client, exc)
+            attempt += 1
+            await asyncio.sleep(min(1.0, 0.05 * 2 ** min(attempt, 5)))
+
+    def _set_fatal(self, error: BaseException) -> None:
+        if self.fatal_error is None:
+            self.fatal_error = error
+            log.error("[client %s] fatal producer error: %s", self._client, error)
+            for batch in self._acc.abort_queued():
+                self._fail(batch, error)
+            self.wakeup()
+
+    def _on_leaders_moved(self, topics: list[str]) -> None:
+        idem = self._idem
+        if idem is None:
+            return
+        moved = set(topics)
+        for batch in list(self._in_flight):
+            if batch.topic in moved:
+                idem.on_leader_change(TopicPartition(batch.topic, batch.partition))
+
+    # ---- sending ---------------------------------------------------------------------------
+
+    def _send_produce(self, node: int, batches: list[ProducerBatch], now: float) -> None:
+        conn = self._cluster.ready_connection(node)
+        if conn is None:  # vanished between ready() and now: put them back
+            for batch in batches:
+                if self._idem is not None:
+                    self._idem.on_not_sent(batch)
+                self._retry(batch, KafkaConnectionError(f"node {node} not connected"), now,
+                            count_attempt=False)
+            return
+        topics: dict[str, list[Any]] = {}
+        by_tp: dict[tuple[str, int], ProducerBatch] = {}
+        for batch in batches:
+            topics.setdefault(batch.topic, []).append(ProduceRequest.PartitionProduceData(
+                index=batch.partition, records=batch.sealed))
+            by_tp[(batch.topic, batch.partition)] = batch
+        request = ProduceRequest(
+            transactional_id=None, acks=self._acks, timeout_ms=self._request_timeout_ms,
+            topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
+                        for t, p in topics.items()])
+        try:
+            version = conn.version_for(ProduceRequest, max_version=_PRODUCE_MAX_VERSION_BY_NAME)
+            future = conn.send(request, version=version, expect_response=self._acks != 0)
+        except KafkaError as exc:  # e.g. no Produce version in common: nothing left the client
+            for batch in batches:
+                if self._idem is not None:
+                    self._idem.on_not_sent(batch)
+                    self._idem.on_delivery_timeout(batch, possibly_written=False)
+                self._fail(batch, exc)
+            return
+        self._requests_sent += 1
+        self._batches_sent += len(batches)
+        self._in_flight_requests[node] = self._in_flight_requests.get(node, 0) + 1
+        for batch in batches:
+            self._in_flight.add(batch)
+        metrics = self._metrics
+        size = 0
+        if metrics is not None:
+            records = 0
+            for batch in batches:
+                records += batch.record_count
+                size += batch.size_in_bytes
+                if batch.attempts == 0:
+                    metrics.record_batch_sent(
+                        batch.topic, record_count=batch.record_count,
+                        size_bytes=batch.size_in_bytes,
+                        compression_ratio=batch.builder.observed_ratio or 1.0,
+                        max_record_bytes=max(max(k, 0) + max(v, 0)
+                                             for _f, _t, k, v in batch.deliveries),
+                        queue_time_ms=(now - batch.created_at) * 1000, now=now)
+            metrics.record_request(node, record_count=records, size_bytes=size, now=now)
+        future.add_done_callback(lambda f: self._on_produce_done(node, by_tp, f, now))
+
+    def _on_produce_done(self, node: int, by_tp: dict[tuple[str, int], ProducerBatch],
+                         future: asyncio.Future[Any], sent_at: float) -> None:
+        self._in_flight_requests[node] -= 1
+        now = self._clock()
+        try:
+            if future.cancelled():
+                raise KafkaConnectionError(f"produce request to node {node} was cancelled")
+            exc = future.exception()
+            if exc is not None:
+                for batch in by_tp.values():
+                    self._handle_error(batch, _NETWORK_EXCEPTION, exc, now)
+                return
+            response = future.result()
+            if response is None:  # acks=0: the broker never answers
+                for batch in by_tp.values():
+                    self._complete(batch, -1, -1)
+                return
+            if self._metrics is not None:
+                self._metrics.record_response(
+                    node, latency_ms=(now - sent_at) * 1000, size_bytes=0,
+                    throttle_ms=getattr(response, "throttle_time_ms", 0), now=now)
+            endpoints = [BrokerNode(e.node_id, e.host, e.port, getattr(e, "rack", None))
+                         for e in getattr(response, "node_endpoints", ())]
+            for topic in response.responses:
+                for p in topic.partition_responses:
+                    found = by_tp.pop((topic.name, p.index), None)
+                    if found is None:
+                        continue  # the broker answered for something we did not send
+                    self._handle_partition(found, topic, p, endpoints, now)
+            for batch in by_tp.values():
+                self._handle_error(batch, _NETWORK_EXCEPTION, KafkaConnectionError(
+                    f"node {node} answered Produce without {batch.topic}-{batch.partition}"), now)
+        finally:
+            self.wakeup()
+
+    def _handle_partition(self, batch: ProducerBatch, topic: Any, p: Any,
+                          endpoints: list[BrokerNode], now: float) -> None:
+        idem = self._idem
+        if idem is not None:
+            # KIP-1269: per partition, or per topic as the KIP's JSON diff has it; absent = 5
+            limit = getattr(p, "producer_state_batches_to_retain", 5)
+            if limit == 5:
+                limit = getattr(topic, "producer_state_batches_to_retain", 5)
+            idem.on_response_batches_to_retain(TopicPartition(batch.topic, batch.partition),
+                                               limit)
+        code = p.error_code
+        if code == _NONE:
+            self._complete(batch, p.base_offset, p.log_append_time_ms)
+            return
+        if code == _DUPLICATE_SEQUENCE_NUMBER and idem is not None:
+            self._complete(batch, -1, p.log_append_time_ms, duplicate=True)
+            return
+        leader = getattr(p, "current_leader", None)
+        if leader is not None and leader.leader_id >= 0:
+            self._cluster.apply_leader_hint(TopicPartition(batch.topic, batch.partition),
+                                            leader.leader_id, leader.leader_epoch, endpoints)
+        cls = error_for_code(code)
+        message = p.error_message or cls.message
+        self._handle_error(batch, code, cls(f"{batch.topic}-{batch.partition}: {message}"), now)
+
+    # ---- outcomes --------------------------------------------------------------------------
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
+                  duplicate: bool = False) -> None:
+        self._in_flight.discard(batch)
+        if self._idem is not None:
+            # also for a batch that already expired: its success resolves it (step 1a)
+            self._idem.on_success(batch, base_offset=base_offset, duplicate=duplicate)
+        if batch.done:
+            return
+        batch.complete(base_offset, log_append_time, self._on_ack)
+        self._acc.release(batch)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        self._in_flight.discard(batch)
+        if batch.done:
+            return
+        self._failed_batches += 1
+        if self._metrics is not None:
+            self._metrics.on_records_failed(batch.topic, batch.record_count)
+        batch.fail(error, self._on_ack)
+        self._acc.release(batch)
+
+    def _retry(self, batch: ProducerBatch, error: BaseException, now: float, *,
+               count_attempt: bool = True) -> None:
+        self._in_flight.discard(batch)
+        if not count_attempt:
+            batch.attempts -= 1  # reenqueue counts one; this was no attempt
+        self._retries_done += 1
+        if self._metrics is not None:
+            self._metrics.on_records_retried(batch.topic, batch.record_count)
+        log.debug("[client %s] retrying %r after %s", self._client, batch, error)
+        self._acc.reenqueue(batch, now)
+
+    def _handle_error(self, batch: ProducerBatch, code: int, error: BaseException,
+                      now: float) -> None:
+        """One batch's error: retry, split, fail or go fatal, as policy and idempotence say."""
+        if batch.done:
+            self._in_flight.discard(batch)
+            return
+        past_deadline = now - batch.created_at >= self._delivery_timeout
+        decision = classify(
+            code, attempts=batch.attempts + 1, retries=self._retries,
+            idempotent=self._idem is not None, delivery_deadline_passed=past_deadline,
+            record_count=batch.record_count)
+        if decision.refresh_metadata:
+            self._cluster.request_update()
+        action = decision.action
+        if self._idem is not None:
+            action = self._idem.on_error(batch, code, now, decision).action
+        if action is Action.RETRY:
+            self._retry(batch, error, now)
+        elif action is Action.SPLIT:
+            self._in_flight.discard(batch)
+            self._split(batch, now)
+        elif action is Action.FATAL:
+            self._fail(batch, error)
+            self._set_fatal(error)
+        else:
+            if code == _MESSAGE_TOO_LARGE and batch.record_count == 1:
+                error = RecordTooLargeError(f"{batch.topic}-{batch.partition}: the broker "
+                                            f"rejected a single record as too large: {error}")
+            if past_deadline and decision.retriable:
+                error = self._acc.delivery_timeout_error(batch, now)
+            self._fail(batch, error)
+
+    def _split(self, batch: ProducerBatch, now: float) -> None:
+        """MESSAGE_TOO_LARGE on a multi-record batch: re-cut, new sequences, re-queue in order."""
+        new_batches = self._acc.split(batch, now)
+        if self._idem is not None:
+            self._idem.on_split(batch, new_batches)
+        for new in reversed(new_batches):
+            self._acc.reenqueue(new, now, front=True)
+        if self._metrics is not None:
+            self._metrics.batch_split.record(1)
+        log.info("[client %s] %s-%d: broker refused a %d-record batch as too large; split into "
+                 "%d batches", self._client, batch.topic, batch.partition, batch.record_count,
+                 len(new_batches))
+
+    # ---- expiry ----------------------------------------------------------------------------
+
+    def _expire(self, now: float) -> None:
+        for batch in self._acc.expire(now):
+            if self._idem is not None:
+                self._idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
+            self._fail(batch, self._acc.delivery_timeout_error(batch, now))
+        deadline = self._delivery_timeout
+        for batch in [b for b in self._in_flight if now - b.created_at >= deadline]:
+            if self._idem is not None:
+                self._idem.on_delivery_timeout(batch, possibly_written=True)
+            self._fail(batch, self._acc.delivery_timeout_error(batch, now))
+
+    def _next_in_flight_expiry(self, now: float) -> float:
+        if not self._in_flight:
+            return float("inf")
+        oldest = min(b.created_at for b in self._in_flight)
+        return max(0.0, oldest + self._delivery_timeout - now)
+
+    # ---- introspection ---------------------------------------------------------------------
+
+    def statistics(self) -> SenderStatistics:
+        idem = self._idem
+        return SenderStatistics(
+            in_flight_requests=sum(self._in_flight_requests.values()),
+            in_flight_batches=len(self._in_flight),
+            requests_sent=self._requests_sent,
+            batches_sent=self._batches_sent,
+            retries=self._retries_done,
+            failed_batches=self._failed_batches,
+            producer_id=idem.producer_id if idem is not None else -1,
+            producer_epoch=idem.producer_epoch if idem is not None else -1,
+        )
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (f"<Sender client={self._client} in_flight={s.in_flight_batches} "
+                f"requests={s.requests_sent} retries={s.retries} pid={s.producer_id}>")

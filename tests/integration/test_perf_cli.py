@@ -1,0 +1,32 @@
+"""``aiokprod perf`` end to end: a real process, the embedded Tansu broker, the JSON report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_perf_json_against_the_embedded_broker() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiokprod", "perf", "--num-records", "2000", "--record-size",
+         "50", "--json", "--producer-config", "linger.ms=2"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["records"] == 2000
+    assert report["acked"] == 2000 and report["errors"] == 0 and report["first_error"] is None
+    assert report["payload_bytes"] == 2000 * 50
+    assert report["records_per_sec"] > 0 and report["mb_per_sec"] > 0
+    assert report["cpu_us_per_record"] > 0 and report["max_rss_kib"] > 0
+    latency = report["latency_ms"]
+    assert set(latency) == {"avg", "p50", "p95", "p99", "p999", "max"}
+    assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["p999"] \
+        <= latency["max"]
+    assert report["latency_samples"] == 2000 // 16  # every 16th record is measured
+    assert report["config"]["linger.ms"] == 2 and report["config"]["enable.idempotence"]
+    # The producer's own count: the 2000 measured records plus the one warm-up record.
+    assert report["metrics"]["producer-metrics:record-send-total"] == 2001
+    assert report["metrics"]["producer-metrics:record-error-total"] == 0
+    # No progress bar: stderr is not a terminal and --progress was not given.
+    assert "[" not in proc.stderr

@@ -1,0 +1,161 @@
+"""Faults with real brokers: a stalled Tansu (SIGSTOP), and librdkafka's mock cluster
+(leader moves, injected retriable errors, a broker down and up)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from support.mock_cluster import MockCluster
+from support.reader import read_back
+
+from aiokprod import Producer, RecordMetadata
+from aiokprod.devbroker import TansuBroker
+from aiokprod.errors import BufferExhaustedError, ProducerClosedError
+
+PRODUCE = 0
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+NOT_ENOUGH_REPLICAS = 19
+LEADER_NOT_AVAILABLE = 5
+
+
+@contextmanager
+def stalled(broker: TansuBroker) -> Iterator[None]:
+    """Freeze the broker process: connections stay open, nothing is answered."""
+    assert broker.pid is not None
+    os.kill(broker.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+
+
+async def test_close_with_timeout_returns_against_stalled_broker(
+    tansu_factory: Callable[..., TansuBroker],
+) -> None:
+    broker = tansu_factory()
+    broker.create_topic("stall", 1)
+    producer = Producer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+    await producer.start()
+    await producer.send_and_wait("stall", b"before")
+    with stalled(broker):
+        pending = [await producer.send("stall", b"stuck") for _ in range(20)]
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await producer.close(timeout=1.0)
+        elapsed = loop.time() - start
+        assert elapsed < 3.0, elapsed
+        for fut in pending:
+            assert fut.done()
+            with pytest.raises(ProducerClosedError):
+                fut.result()
+
+
+async def test_buffer_exhaustion_blocks_then_raises_and_memory_stays_bounded(
+    tansu_factory: Callable[..., TansuBroker],
+) -> None:
+    broker = tansu_factory()
+    broker.create_topic("full", 1)
+    buffer_memory = 64 * 1024
+    producer = Producer(bootstrap_servers=broker.bootstrap, buffer_memory=buffer_memory,
+                        batch_size=16 * 1024, max_block_ms=300, linger_ms=0,
+                        delivery_timeout_ms=60_000, request_timeout_ms=30_000)
+    await producer.start()
+    try:
+        await producer.send_and_wait("full", b"warm-up")
+        with stalled(broker):
+            accepted = 0
+            loop = asyncio.get_running_loop()
+            with pytest.raises(BufferExhaustedError, match="max.block.ms"):
+                for _ in range(10_000):
+                    await producer.send("full", b"x" * 1000)
+                    accepted += 1
+            assert producer._pool is not None
+            stats = producer._pool.statistics()
+            assert stats.total_memory == buffer_memory
+            assert stats.allocated_memory <= buffer_memory
+            assert stats.exhausted_count == 1
+            # each batch holds ~15 records of ~1 KB, one batch's worth of slack at most
+            assert accepted * 1000 <= buffer_memory + 16 * 1024
+            start = loop.time()
+            with pytest.raises(BufferExhaustedError):
+                await producer.send("full", b"x" * 1000)
+            assert loop.time() - start >= 0.25
+    finally:
+        await producer.close(timeout=2)
+
+
+def _mock_topic(cluster: MockCluster, name: str, partitions: int = 6) -> str:
+    cluster.create_topic(name, partitions, replication_factor=3)
+    return name
+
+
+async def _produce_keyed(bootstrap: str, topic: str, count: int,
+                         during: Callable[[int], None], **config: object
+                         ) -> list[RecordMetadata | BaseException]:
+    async with Producer(bootstrap_servers=bootstrap, linger_ms=2, retry_backoff_ms=20,
+                        retry_backoff_max_ms=200, request_timeout_ms=2000,
+                        delivery_timeout_ms=30_000, **config) as producer:
+        futures = []
+        for i in range(count):
+            futures.append(await producer.send(topic, f"{i}".encode(),
+                                               key=f"key-{i % 12}".encode()))
+            if i % 100 == 0:
+                during(i)
+                await asyncio.sleep(0.005)
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+
+def _check_order_and_completeness(bootstrap: str, topic: str,
+                                  results: list[RecordMetadata | BaseException]) -> None:
+    acked = {i for i, r in enumerate(results) if isinstance(r, RecordMetadata)}
+    assert len(acked) == len(results), [r for r in results if not isinstance(r, RecordMetadata)]
+    records = read_back(bootstrap, topic, expected=len(results), timeout=30)
+    values = {int(r.value or b"-1") for r in records}
+    assert acked <= values, f"acknowledged but missing: {sorted(acked - values)[:10]}"
+    per_key: dict[bytes, list[int]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        per_key[r.key or b""].append(int(r.value or b"-1"))
+    for key, seq in per_key.items():
+        deduped = list(dict.fromkeys(seq))  # the mock cluster does not deduplicate retries
+        assert deduped == sorted(deduped), f"order broken for {key!r}"
+
+
+async def test_mock_cluster_leader_moves_and_injected_errors(
+    mock_cluster: MockCluster, topic_name: str
+) -> None:
+    topic = _mock_topic(mock_cluster, topic_name)
+    moves = iter(range(100))
+
+    def fault(i: int) -> None:
+        step = next(moves)
+        if step % 3 == 0:
+            mock_cluster.set_partition_leader(topic, step % 6, 1 + step % 3)
+        elif step % 3 == 1:
+            mock_cluster.push_request_errors(PRODUCE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
+                                             NOT_ENOUGH_REPLICAS)
+        else:
+            mock_cluster.push_request_errors(PRODUCE, LEADER_NOT_AVAILABLE)
+
+    results = await _produce_keyed(mock_cluster.bootstrap, topic, 2000, fault)
+    _check_order_and_completeness(mock_cluster.bootstrap, topic, results)
+
+
+async def test_mock_cluster_broker_down_and_up(mock_cluster: MockCluster, topic_name: str
+                                               ) -> None:
+    topic = _mock_topic(mock_cluster, topic_name)
+    loop = asyncio.get_running_loop()
+
+    def fault(i: int) -> None:
+        if i == 500:
+            mock_cluster.broker_set_down(2)
+            loop.call_later(0.5, mock_cluster.broker_set_up, 2)
+
+    results = await _produce_keyed(mock_cluster.bootstrap, topic, 1500, fault)
+    _check_order_and_completeness(mock_cluster.bootstrap, topic, results)

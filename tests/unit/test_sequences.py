@@ -1,0 +1,221 @@
+"""Sequence arithmetic, per-partition bookkeeping and re-insertion in sequence order."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiokprod.errors import IllegalStateError
+from aiokprod.producer.sequences import (
+    MAX_SEQUENCE,
+    InFlightEntry,
+    PartitionSequenceState,
+    SequencedBatch,
+    UnresolvedRange,
+    increment_sequence,
+    insert_in_sequence_order,
+    last_sequence,
+    sequence_distance,
+    sequence_precedes,
+)
+
+
+@dataclass(eq=False)
+class Batch:
+    topic: str = "t"
+    partition: int = 0
+    record_count: int = 1
+    base_sequence: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    attempts: int = 0
+    stamps: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        self.producer_id, self.producer_epoch, self.base_sequence = (
+            producer_id, producer_epoch, base_sequence)
+        self.stamps.append((producer_id, producer_epoch, base_sequence))
+
+
+def test_batch_double_satisfies_the_protocol() -> None:
+    assert isinstance(Batch(), SequencedBatch)
+
+
+# ---- arithmetic ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("seq", "n", "expected"), [
+    (0, 0, 0),
+    (0, 5, 5),
+    (MAX_SEQUENCE - 1, 1, MAX_SEQUENCE),
+    (MAX_SEQUENCE, 1, 0),  # seed 000: after 2**31-1 the next sequence is 0
+    (MAX_SEQUENCE - 1, 3, 1),
+    (MAX_SEQUENCE, 10, 9),
+])
+def test_increment_sequence_wraps_at_int32_max(seq: int, n: int, expected: int) -> None:
+    assert increment_sequence(seq, n) == expected
+
+
+@pytest.mark.parametrize(("seq", "n"), [(-1, 1), (MAX_SEQUENCE + 1, 0), (0, -1)])
+def test_increment_sequence_rejects_impossible_values(seq: int, n: int) -> None:
+    with pytest.raises(ValueError):
+        increment_sequence(seq, n)
+
+
+def test_last_sequence_counts_records_and_wraps() -> None:
+    assert last_sequence(10, 1) == 10
+    assert last_sequence(10, 5) == 14
+    assert last_sequence(MAX_SEQUENCE, 2) == 0
+    with pytest.raises(ValueError):
+        last_sequence(0, 0)
+
+
+def test_precedes_is_wrap_aware() -> None:
+    assert sequence_precedes(1, 2)
+    assert not sequence_precedes(2, 1)
+    assert not sequence_precedes(7, 7)
+    assert sequence_precedes(MAX_SEQUENCE, 0)
+    assert sequence_precedes(MAX_SEQUENCE - 5, 3)
+    assert not sequence_precedes(3, MAX_SEQUENCE - 5)
+    assert sequence_distance(MAX_SEQUENCE, 0) == 1
+
+
+@given(st.integers(0, MAX_SEQUENCE), st.integers(1, 2**20))
+def test_increment_then_precedes(seq: int, n: int) -> None:
+    later = increment_sequence(seq, n)
+    assert sequence_precedes(seq, later)
+    assert not sequence_precedes(later, seq)
+    assert sequence_distance(seq, later) == n
+
+
+# ---- insert_in_sequence_order -------------------------------------------------------------
+
+def numbered(*seqs: int) -> list[Batch]:
+    return [Batch(base_sequence=s) for s in seqs]
+
+
+def test_insert_goes_before_unnumbered_batches() -> None:
+    queue: deque[Batch] = deque([Batch(), Batch()])
+    retried = Batch(base_sequence=4)
+    assert insert_in_sequence_order(queue, retried) == 0
+    assert queue[0] is retried
+
+
+def test_out_of_order_arrivals_end_up_in_sequence_order() -> None:
+    """Seed 001: responses for 0, 3, 5, 9 arrive in any order; the queue ends up sorted."""
+    for seed in range(20):
+        batches = numbered(0, 3, 5, 9)
+        tail = [Batch(), Batch()]  # not drained yet: always stay behind
+        queue: deque[Batch] = deque(tail)
+        order = batches[:]
+        random.Random(seed).shuffle(order)
+        for b in order:
+            insert_in_sequence_order(queue, b)
+        assert list(queue) == [*batches, *tail]
+
+
+def test_insert_in_order_across_the_wrap() -> None:
+    high, low = Batch(base_sequence=MAX_SEQUENCE - 1), Batch(base_sequence=1)
+    queue: deque[Batch] = deque()
+    insert_in_sequence_order(queue, low)
+    insert_in_sequence_order(queue, high)
+    assert list(queue) == [high, low]
+
+
+def test_insert_works_on_a_list_too() -> None:
+    queue: list[Batch] = numbered(1, 7)
+    b = Batch(base_sequence=4)
+    assert insert_in_sequence_order(queue, b) == 1
+    assert [x.base_sequence for x in queue] == [1, 4, 7]
+
+
+def test_insert_refuses_a_batch_without_sequence() -> None:
+    with pytest.raises(IllegalStateError):
+        insert_in_sequence_order(deque(), Batch())
+
+
+# ---- PartitionSequenceState ---------------------------------------------------------------
+
+def entry(seq: int, count: int = 1, *, on_wire: bool = True) -> InFlightEntry:
+    return InFlightEntry(Batch(base_sequence=seq, record_count=count), on_wire=on_wire)
+
+
+def test_add_refuses_overlapping_sequences() -> None:
+    p = PartitionSequenceState("t", 0)
+    p.add(entry(0, 3))
+    with pytest.raises(IllegalStateError):
+        p.add(entry(2, 1))
+    p.add(entry(3, 1))
+    assert p.on_wire_count == 2
+
+
+def test_counts_follow_add_remove_and_marks() -> None:
+    p = PartitionSequenceState("t", 0)
+    a, b = entry(0), entry(1)
+    p.add(a)
+    p.add(b)
+    p.mark_on_wire(a, False)
+    p.mark_retried(a)
+    p.mark_retried(a)  # marking twice counts once
+    assert (p.on_wire_count, p.retrying_count, p.retrying) == (1, 1, True)
+    p.remove(a)
+    assert (p.on_wire_count, p.retrying_count, p.retrying) == (1, 0, False)
+
+
+def test_restart_renumbers_held_batches_in_order() -> None:
+    p = PartitionSequenceState("t", 0, producer_id=7, producer_epoch=0, next_sequence=20,
+                               last_acked_sequence=9)
+    held = [entry(10, 4, on_wire=False), entry(14, 2, on_wire=False)]
+    for e in held:
+        p.add(e)
+    p.unresolved.append(UnresolvedRange(8, 9, 7, 0))
+    p.restart_sequences(7, 1)
+    assert [(e.batch.producer_epoch, e.base_sequence) for e in held] == [(1, 0), (1, 4)]
+    assert (p.next_sequence, p.last_acked_sequence, p.unresolved) == (6, -1, [])
+    assert not p.is_stale(7, 1)
+    assert p.sequence_resets == 1
+
+
+def test_restart_is_refused_while_something_is_on_the_wire() -> None:
+    p = PartitionSequenceState("t", 0)
+    p.add(entry(0))
+    with pytest.raises(IllegalStateError):
+        p.restart_sequences(1, 0)
+
+
+def test_acknowledge_never_moves_back() -> None:
+    p = PartitionSequenceState("t", 0)
+    p.acknowledge(5, 5, 100)
+    p.acknowledge(0, 5, 95)
+    assert (p.last_acked_sequence, p.last_acked_offset) == (9, 104)
+    p.acknowledge(10, 1, -1)  # DUPLICATE: no offset
+    assert (p.last_acked_sequence, p.last_acked_offset) == (10, 104)
+
+
+def test_drop_resolved_only_drops_ranges_acknowledged_past() -> None:
+    p = PartitionSequenceState("t", 0, producer_id=1, producer_epoch=0)
+    p.unresolved = [UnresolvedRange(0, 2, 1, 0), UnresolvedRange(3, 4, 1, 0)]
+    p.acknowledge(0, 3, 0)  # the first range itself was acknowledged late
+    assert p.drop_resolved() == 1
+    assert p.unresolved == [UnresolvedRange(3, 4, 1, 0)]
+    assert p.follows_unresolved(5) and not p.follows_unresolved(4)
+
+
+def test_is_next_sequence_across_the_wrap() -> None:
+    p = PartitionSequenceState("t", 0)
+    assert p.is_next_sequence(0)
+    p.acknowledge(MAX_SEQUENCE - 1, 2, -1)
+    assert p.last_acked_sequence == MAX_SEQUENCE
+    assert p.is_next_sequence(0)
+    assert not p.is_next_sequence(1)
+
+
+def test_repr_names_the_partition_and_counts() -> None:
+    p = PartitionSequenceState("orders", 3)
+    p.add(entry(0))
+    text = repr(p)
+    assert "orders-3" in text and "in_flight=1/5" in text
