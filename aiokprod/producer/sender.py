@@ -257,7 +257,10 @@ class Sender:
         for node, batches in drained.items():
             self._send_produce(node, batches, now)
         if drained:
-            return 0.0 if ready.next_ready_delay == 0 else delay
+            # a request takes at most one batch per partition: more may be sendable now
+            # (Java polls with timeout 0 while nodes are ready). When nothing could be drained
+            # we sleep instead: a response, a new batch or a new connection wakes us.
+            return 0.0
         return delay
 
     # ---- producer id (idempotence) ---------------------------------------------------------

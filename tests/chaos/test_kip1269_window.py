@@ -1,0 +1,74 @@
+"""KIP-1269 for real: a broker that advertises a larger dedup window gets more in flight.
+
+No released broker sends ``ProducerStateBatchesToRetain`` yet, so the proxy adds it (tag 1) to
+Tansu's Produce responses, and 50 ms of RTT so that in-flight depth matters. The producer must
+raise the partition's window to what the broker says, never exceed it, and stay exactly-once;
+without the field it must keep the classic 5.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from aiokprod import Producer
+from aiokprod.network.metadata import TopicPartition
+from support.proxy import set_batches_to_retain, tansu_behind_proxy
+from support.reader import read_back
+
+
+async def produce_and_watch(bootstrap: str, topic: str, count: int, max_in_flight: int
+                            ) -> tuple[int, int]:
+    """Send ``count`` records; return (most batches of the partition seen on the wire at once,
+    the partition's learned in-flight limit)."""
+    async with Producer(bootstrap_servers=bootstrap, linger_ms=0, batch_size=2048,
+                        max_in_flight_requests_per_connection=max_in_flight,
+                        request_timeout_ms=10_000) as producer:
+        sender = producer._sender
+        assert sender is not None and sender._idem is not None
+        idem = sender._idem
+        tp = TopicPartition(topic, 0)
+        deepest = 0
+        futures = []
+        for n in range(count):
+            futures.append(await producer.send(topic, f"{n:06d}".encode() + b"x" * 94))
+            if n % 20 == 19:
+                await asyncio.sleep(0)
+                deepest = max(deepest, idem.partition_state(tp).on_wire_count)
+        while not all(f.done() for f in futures):
+            deepest = max(deepest, idem.partition_state(tp).on_wire_count)
+            await asyncio.sleep(0.002)
+        limit = idem.partition_state(tp).in_flight_limit
+        await asyncio.gather(*futures)
+    return deepest, limit
+
+
+@pytest.mark.parametrize("window", [20])
+def test_window_learned_from_broker_is_used_and_respected(window: int) -> None:
+    with tansu_behind_proxy(seed=7) as (broker, proxy):
+        broker.create_topic("kip1269", 1)
+        proxy.faults.rtt_ms = 50
+        proxy.faults.rewrite_produce_responses(set_batches_to_retain(window))
+        deepest, limit = asyncio.run(produce_and_watch(proxy.bootstrap, "kip1269", 3000, 25))
+        stats = proxy.statistics()
+        records = read_back(broker.bootstrap, "kip1269", expected=3000, settle=0.5)
+    print(f"window={window} deepest={deepest} limit={limit} "
+          f"produce_requests={stats.produce_requests}")
+    assert limit == window
+    assert 5 < deepest <= window
+    counts = Counter(r.value for r in records)
+    assert len(counts) == 3000 and max(counts.values()) == 1
+    numbers = [int((r.value or b"")[:6]) for r in sorted(records, key=lambda r: r.offset)]
+    assert numbers == sorted(numbers)
+
+
+def test_without_the_field_the_window_stays_five() -> None:
+    with tansu_behind_proxy(seed=7) as (broker, proxy):
+        broker.create_topic("classic", 1)
+        proxy.faults.rtt_ms = 50
+        deepest, limit = asyncio.run(produce_and_watch(proxy.bootstrap, "classic", 1500, 25))
+    print(f"no field: deepest={deepest} limit={limit}")
+    assert limit == 5
+    assert deepest <= 5
