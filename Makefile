@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 demo: $(STAMP)
-	$(PY) -m aiokprod demo
+	$(PY) -m aiokprod perf --num-records 100000
 
 gen: $(STAMP)
 	$(PY) tools/gen_protocol.py

@@ -156,6 +156,7 @@ def perf_producer_config(args: argparse.Namespace) -> dict[str, str]:
 
 def _perf(args: argparse.Namespace) -> int:
     from aiokprod._perf import (
+        PerfResult,
         PerfSettings,
         default_progress_stream,
         format_report,
@@ -181,8 +182,12 @@ def _perf(args: argparse.Namespace) -> int:
         topic=args.topic, num_records=args.num_records, payloads=payloads,
         throughput=args.throughput if args.throughput > 0 else None, producer_config=config,
         progress=default_progress_stream(args.progress))
+    def report(result: PerfResult) -> None:
+        _print(json.dumps(result.as_dict(), indent=2) if args.json else format_report(result))
+
     if args.bootstrap_servers:
         result = asyncio.run(run_perf(settings, args.bootstrap_servers))
+        report(result)
     else:
         from aiokprod.devbroker import TansuBroker
 
@@ -192,12 +197,9 @@ def _perf(args: argparse.Namespace) -> int:
                        f"topic {args.topic!r} with {args.partitions} partitions")
             broker.create_topic(args.topic, partitions=args.partitions)
             result = asyncio.run(run_perf(settings, broker.bootstrap))
+            report(result)
         if not args.json:
             _print("broker stopped")
-    if args.json:
-        _print(json.dumps(result.as_dict(), indent=2))
-    else:
-        _print(format_report(result))
     return 0 if result.errors == 0 else 1
 
 

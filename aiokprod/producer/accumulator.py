@@ -32,6 +32,7 @@ from aiokprod.records import (
 
 if TYPE_CHECKING:
     from aiokprod.producer.buffer_pool import BufferPool
+    from aiokprod.producer.bulk import BulkDelivery
 
 __all__ = ["AccumulatorStatistics", "ReadyCheck", "RecordAccumulator", "estimate_record_size"]
 
@@ -145,7 +146,8 @@ class RecordAccumulator:
             last = batches[-1]
             if last.sealed is None and last.builder.try_append(timestamp, key, value, headers):
                 future: asyncio.Future[RecordMetadata] = self._loop.create_future()
-                last.deliveries.append((future, timestamp, -1 if key is None else len(key),
+                last.deliveries.append((future, last.builder.record_count - 1, timestamp,
+                                        -1 if key is None else len(key),
                                         -1 if value is None else len(value)))
                 self._queued_records += 1
                 return future
@@ -180,6 +182,86 @@ class RecordAccumulator:
             return future
         self._new_batch(queue, buffer, size, timestamp, key, value, headers, future)
         return future
+
+    def try_append_many(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
+        start: int,
+        stop: int,
+        bulk: BulkDelivery,
+    ) -> tuple[int, int]:
+        """Append ``values[start:stop]`` into the partition's open batch, as many as fit.
+
+        Returns (records taken, bytes they added); (0, 0) when there is no open batch with
+        room, and the caller then opens one with ``append_many_with_buffer``.
+        """
+        parts = self._queues.get(topic)
+        queue = parts.get(partition) if parts is not None else None
+        if queue is None:
+            queue = self._queue(topic, partition)
+        batches = queue.batches
+        if not batches or batches[-1].sealed is not None:
+            return 0, 0
+        return self._append_run(batches[-1], timestamp, values, keys, headers, start, stop,
+                                bulk)
+
+    def append_many_with_buffer(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
+        start: int,
+        stop: int,
+        bulk: BulkDelivery,
+        buffer: bytearray,
+        size: int,
+    ) -> tuple[int, int]:
+        """Open a new batch in ``buffer`` and append a run into it (at least one record)."""
+        queue = self._queue(topic, partition)
+        builder = RecordBatchBuilder(
+            buffer, write_limit=max(size, self.batch_size), compression=self.compression,
+            compression_level=self._compression_level, estimator=self._estimator, topic=topic)
+        batch = ProducerBatch(topic, partition, buffer, size, builder, self._clock())
+        taken = self._append_run(batch, timestamp, values, keys, headers, start, stop, bulk)
+        if not taken[0]:
+            self._pool.deallocate(buffer, size)
+            raise RuntimeError(f"a record did not fit an empty batch of {size} bytes")
+        queue.batches.append(batch)
+        self._incomplete.add(batch)
+        self._wakeup()
+        return taken
+
+    def _append_run(
+        self,
+        batch: ProducerBatch,
+        timestamp: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
+        start: int,
+        stop: int,
+        bulk: BulkDelivery,
+    ) -> tuple[int, int]:
+        builder = batch.builder
+        first = builder.record_count
+        before = builder.uncompressed_size
+        taken = builder.append_many(timestamp, values, keys, headers, start=start, stop=stop)
+        if taken:
+            segment = (bulk, start, taken, first)
+            if batch.segments is None:
+                batch.segments = [segment]
+            else:
+                batch.segments.append(segment)
+            self._queued_records += taken
+        return taken, builder.uncompressed_size - before
 
     def allocation_size(self, key: bytes | None, value: bytes | None,
                         headers: Sequence[tuple[str, bytes | None]] | None) -> int:
@@ -375,7 +457,8 @@ class RecordAccumulator:
         assert batch.sealed is not None
         groups = split_batch(batch.sealed, self.batch_size, estimated_ratio=ratio)
         created: list[ProducerBatch] = []
-        index = 0
+        index = 0  # offset delta of the group's first record in the old batch
+        kept = 0
         for group in groups:
             builder = RecordBatchBuilder(
                 bytearray(), write_limit=self.batch_size, compression=self.compression,
@@ -387,12 +470,19 @@ class RecordAccumulator:
                                           record.headers):
                     # split_batch promises every group fits a batch configured like this one
                     raise RuntimeError("a split group did not fit its batch")
-            new.deliveries = batch.deliveries[index:index + len(group)]
-            index += len(group)
+            end = index + len(group)
+            # each record's delivery follows it, with its offset delta rebased on the group
+            new.deliveries = [(f, d - index, t, k, v) for f, d, t, k, v in batch.deliveries
+                              if index <= d < end]
+            kept += len(new.deliveries)
+            if batch.segments is not None:
+                new.segments = _rebase_segments(batch.segments, index, end)
+                kept += sum(count for _b, _p, count, _d in new.segments)
+            index = end
             self._incomplete.add(new)
             created.append(new)
-        if index != len(batch.deliveries):
-            raise RuntimeError(f"split kept {index} of {len(batch.deliveries)} records")
+        if kept != batch.record_count:
+            raise RuntimeError(f"split kept {kept} of {batch.record_count} records")
         batch.done = True
         batch.final_state = "split"
         self.release(batch)
@@ -482,3 +572,15 @@ class RecordAccumulator:
         s = self.statistics()
         return (f"<RecordAccumulator partitions={s.partitions} queued_batches={s.queued_batches} "
                 f"queued_records={s.queued_records} incomplete={s.incomplete_batches}>")
+
+
+def _rebase_segments(
+    segments: list[tuple[BulkDelivery, int, int, int]], lo: int, hi: int
+) -> list[tuple[BulkDelivery, int, int, int]]:
+    """The parts of bulk segments whose records have offset deltas in [lo, hi), rebased."""
+    out = []
+    for bulk, position, count, delta in segments:
+        first, last = max(delta, lo), min(delta + count, hi)
+        if first < last:
+            out.append((bulk, position + (first - delta), last - first, first - lo))
+    return out

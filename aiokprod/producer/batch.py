@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from aiokprod.records import RecordBatchBuilder, restamp
+
+if TYPE_CHECKING:
+    from aiokprod.producer.bulk import BulkDelivery
 
 __all__ = ["ProducerBatch", "RecordMetadata"]
 
@@ -42,6 +45,7 @@ class ProducerBatch:
         "created_at",
         "deliveries",
         "done",
+        "done_waiters",
         "drained_at",
         "final_state",
         "in_retry",
@@ -51,6 +55,7 @@ class ProducerBatch:
         "producer_id",
         "retry_at",
         "sealed",
+        "segments",
         "topic",
         "transactional",
     )
@@ -70,8 +75,13 @@ class ProducerBatch:
         self.buffer_size = buffer_size  # what the pool accounted for it
         self.builder = builder  # appends records straight into ``buffer``
         self.created_at = now  # linger and delivery.timeout.ms count from here
-        # per record: (future, timestamp, key size, value size) — resolved in one pass
-        self.deliveries: list[tuple[asyncio.Future[RecordMetadata], int, int, int]] = []
+        # per send(): (future, offset delta, timestamp, key size, value size), resolved in one
+        # pass; the offset delta places the record among bulk segments in the same batch
+        self.deliveries: list[tuple[asyncio.Future[RecordMetadata], int, int, int, int]] = []
+        # per send_many() run: (bulk call, position in the call, records, first offset delta)
+        self.segments: list[tuple[BulkDelivery, int, int, int]] | None = None
+        # flush() waiters, created only when someone flushes
+        self.done_waiters: list[asyncio.Future[None]] | None = None
         self.sealed: memoryview | None = None  # the wire bytes once drained
         self.attempts = 0  # sends so far; >0 means a retry (idempotence keeps its sequence)
         self.last_attempt_at = now  # retry backoff counts from here
@@ -99,10 +109,11 @@ class ProducerBatch:
         headers: Sequence[tuple[str, bytes | None]] | None,
         future: asyncio.Future[RecordMetadata],
     ) -> bool:
-        if self.sealed is not None or not self.builder.try_append(timestamp, key, value, headers):
+        builder = self.builder
+        if self.sealed is not None or not builder.try_append(timestamp, key, value, headers):
             return False
         self.deliveries.append((
-            future, timestamp, -1 if key is None else len(key),
+            future, builder.record_count - 1, timestamp, -1 if key is None else len(key),
             -1 if value is None else len(value)))
         return True
 
@@ -141,16 +152,19 @@ class ProducerBatch:
         self.final_state = "succeeded"
         topic, partition = self.topic, self.partition
         use_append_time = log_append_time >= 0
-        offset = base_offset
-        for future, ts, ksize, vsize in self.deliveries:
-            md = RecordMetadata(topic, partition, offset,
+        known = base_offset >= 0
+        for future, delta, ts, ksize, vsize in self.deliveries:
+            md = RecordMetadata(topic, partition, base_offset + delta if known else -1,
                                 log_append_time if use_append_time else ts, ksize, vsize)
-            if base_offset >= 0:
-                offset += 1
             if on_ack is not None:
                 _call_interceptor(on_ack, md, None)
             if not future.done():
                 future.set_result(md)
+        if self.segments is not None:
+            for bulk, position, count, delta in self.segments:
+                bulk.segment_done(position, count, partition,
+                                  base_offset + delta if known else -1, log_append_time)
+        self._wake_waiters()
 
     def fail(self, error: BaseException,
              on_ack: Callable[[RecordMetadata | None, BaseException | None], None] | None
@@ -159,13 +173,35 @@ class ProducerBatch:
             return
         self.done = True
         self.final_state = "failed"
-        for future, _ts, _k, _v in self.deliveries:
+        for future, _delta, _ts, _k, _v in self.deliveries:
             if on_ack is not None:
                 _call_interceptor(on_ack, None, error)
             if not future.done():
                 future.set_exception(error)
                 # a send whose caller never awaited the delivery should not log "never retrieved"
                 future.exception()
+        if self.segments is not None:
+            for bulk, _position, _count, _delta in self.segments:
+                bulk.fail(error)
+        self._wake_waiters()
+
+    def wait_done(self) -> asyncio.Future[None]:
+        """A future resolved when this batch completes or fails (for flush)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.done:
+            future.set_result(None)
+        else:
+            if self.done_waiters is None:
+                self.done_waiters = []
+            self.done_waiters.append(future)
+        return future
+
+    def _wake_waiters(self) -> None:
+        waiters, self.done_waiters = self.done_waiters, None
+        if waiters:
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
 
     def __repr__(self) -> str:
         state = self.final_state or ("sealed" if self.sealed is not None else "open")

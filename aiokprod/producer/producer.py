@@ -9,7 +9,6 @@ record's delivery future; the sender task resolves it when the broker answers.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.producer.accumulator import RecordAccumulator, estimate_record_size
 from aiokprod.producer.batch import RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.partitioner import BuiltinPartitioner
 from aiokprod.producer.sender import Sender
@@ -276,24 +276,153 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Headers | None = None,
-    ) -> asyncio.Future[list[RecordMetadata]]:
+    ) -> asyncio.Future[SendManyResult]:
         """Queue many records of one topic; one future for all of them.
 
-        Far cheaper per record than ``send``: the per-call checks run once, and records
-        are appended in a tight loop. The future resolves to the list of ``RecordMetadata``
-        in input order, or fails with the first error any of the records met.
+        The bulk path: checks run once per call, records are appended in runs straight into
+        batches (no future, tuple or metadata object per record), and the future resolves to a
+        ``SendManyResult`` — a sequence of ``RecordMetadata`` in input order, built only for the
+        records you look at. It fails with the first error any record met. ``headers``, if
+        given, go on every record. Keyed records are partitioned by key (murmur2) and keep
+        their order within a partition; unkeyed ones go by the sticky partitioner.
+
+        Suspends only to wait for metadata or memory (each bounded by ``max_block_ms``). If a
+        wait fails part-way, the records already queued are still delivered and the error says
+        how many were.
         """
-        futures: list[asyncio.Future[RecordMetadata]] = []
-        if keys is None:
-            for value in values:
-                futures.append(await self.send(topic, value, None, partition, timestamp_ms,
-                                               headers))
-        else:
-            for value, key in itertools.zip_longest(values, keys):
-                futures.append(await self.send(topic, value, key, partition, timestamp_ms,
-                                               headers))
+        acc, sender, pool = self._acc, self._sender, self._pool
+        if acc is None or sender is None or pool is None or self._closed:
+            raise self._not_sending_error()
+        if sender.fatal_error is not None:
+            raise KafkaError(f"producer is in a fatal state: {sender.fatal_error}") \
+                from sender.fatal_error
+        if self._interceptors:
+            raise ValueError("send_many() does not run interceptors; use send() per record "
+                             "with interceptors configured")
+        vals = self._bulk_bytes(topic, values, self._value_serializer, "value")
+        n = len(vals)
+        ks = None if keys is None else self._bulk_bytes(topic, keys, self._key_serializer, "key")
+        if ks is not None and len(ks) != n:
+            raise ValueError(f"send_many got {len(ks)} keys for {n} values")
+        record_headers = None if headers is None else _check_headers(headers)
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must be a non-negative int, got {timestamp_ms!r}")
+        self._check_bulk_sizes(vals, ks, record_headers)
         loop = asyncio.get_running_loop()
-        return _gather_in_order(loop, futures)
+        future: asyncio.Future[SendManyResult] = loop.create_future()
+        if n == 0:
+            future.set_result(SendManyResult(BulkDelivery(future, topic, vals, ks,
+                                                          timestamp_ms, None)))
+            return future
+        start = time.monotonic()
+        cluster = self._cluster
+        assert cluster is not None
+        meta = cluster.view.topics.get(topic)
+        if meta is None or not meta.partition_ids:
+            meta = await cluster.wait_for_topic(topic, self._max_block)
+        # runs of consecutive records bound for one partition; None = ask the sticky partitioner
+        runs: list[tuple[int | None, int, int]]
+        order: list[int] | None = None
+        ordered_vals, ordered_keys = vals, ks
+        if partition is not None:
+            if partition not in meta.partitions:
+                raise ValueError(f"partition {partition} of topic {topic!r} does not exist: it "
+                                 f"has partitions 0..{len(meta.partition_ids) - 1}")
+            runs = [(partition, 0, n)]
+        elif ks is None or (self._config.partitioner_ignore_keys and \
+                self._config.partitioner is None):
+            runs = [(None, 0, n)]
+        else:
+            choose = self._partitioner.partition
+            ids, available = meta.partition_ids, meta.available_partitions
+            by_partition: dict[int, list[int]] = {}
+            for i, (k, v) in enumerate(zip(ks, vals, strict=True)):
+                by_partition.setdefault(choose(topic, k, v, ids, available), []).append(i)
+            order = [i for indices in by_partition.values() for i in indices]
+            ordered_vals = [vals[i] for i in order]
+            ordered_keys = [ks[i] for i in order]
+            runs = []
+            pos = 0
+            for p, indices in by_partition.items():
+                runs.append((p, pos, pos + len(indices)))
+                pos += len(indices)
+        hdrs = None if record_headers is None else [record_headers] * n
+        bulk = BulkDelivery(future, topic, vals, ks, timestamp_ms, order)
+        queued = 0
+        try:
+            for run_partition, run_start, run_stop in runs:
+                i = run_start
+                while i < run_stop:
+                    if run_partition is not None:
+                        p = run_partition
+                    else:
+                        p = self._partitioner.partition(topic, None, None, meta.partition_ids,
+                                                        meta.available_partitions)
+                    taken, added = acc.try_append_many(topic, p, timestamp_ms, ordered_vals,
+                                                       ordered_keys, hdrs, i, run_stop, bulk)
+                    if not taken:
+                        size = acc.allocation_size(
+                            None if ordered_keys is None else ordered_keys[i], ordered_vals[i],
+                            record_headers)
+                        buffer = pool.try_allocate(size)
+                        if buffer is None:
+                            remaining = self._max_block - (time.monotonic() - start) * 1000
+                            buffer = await pool.allocate(size, max(0.0, remaining))
+                            if self._closed:
+                                pool.deallocate(buffer, size)
+                                raise ProducerClosedError(
+                                    "producer closed while send_many waited for memory")
+                        taken, added = acc.append_many_with_buffer(
+                            topic, p, timestamp_ms, ordered_vals, ordered_keys, hdrs, i,
+                            run_stop, bulk, buffer, size)
+                    if run_partition is None:
+                        self._partitioner.on_append(topic, p, added)
+                    i += taken
+                    queued += taken
+        except BaseException as exc:
+            bulk.pending -= n - queued  # what was queued still completes; the call fails now
+            if isinstance(exc, KafkaError) and queued:
+                error = type(exc)(f"send_many: {queued} of {n} records were queued (they will "
+                                  f"still be delivered) before: {exc}")
+                bulk.fail(error)
+                raise error from exc
+            bulk.fail(exc)
+            raise
+        return future
+
+    def _bulk_bytes(self, topic: str, items: Iterable[Any], serializer: Any, what: str
+                    ) -> list[bytes | None]:
+        data = list(items)
+        if serializer is not None:
+            try:
+                data = [serializer(x) for x in data]
+            except Exception as exc:
+                raise SerializationError(
+                    f"{what}_serializer failed for topic {topic!r}: {exc!r}") from exc
+        for i, x in enumerate(data):
+            if x is not None and type(x) is not bytes:
+                if isinstance(x, _BYTES_LIKE):
+                    data[i] = bytes(x)
+                    continue
+                raise TypeError(f"{what}s[{i}] must be bytes or None (got {type(x).__name__}); "
+                                f"configure {what}_serializer to send other types")
+        return data
+
+    def _check_bulk_sizes(self, vals: list[bytes | None], keys: list[bytes | None] | None,
+                          headers: list[tuple[str, bytes | None]] | None) -> None:
+        longest = max((len(v) for v in vals if v is not None), default=0)
+        if keys is not None:
+            longest += max((len(k) for k in keys if k is not None), default=0)
+        if longest <= self._max_record_fast and not headers:
+            return
+        for i, v in enumerate(vals):
+            size = estimate_record_size(None if keys is None else keys[i], v, headers)
+            if size > self._max_record:
+                raise RecordTooLargeError(
+                    f"send_many: values[{i}] is {size} bytes when serialized, larger than "
+                    f"{self._max_record}, the smaller of max.request.size and buffer.memory")
 
     async def flush(self, timeout: float | None = None) -> None:
         """Make everything queued sendable now and wait until it is acknowledged or failed.
@@ -306,7 +435,7 @@ class Producer:
             raise self._not_sending_error()
         pending = acc.begin_flush()
         try:
-            waits = [b.deliveries[-1][0] for b in pending if b.deliveries]
+            waits = [b.wait_done() for b in pending]
             if waits:
                 _, not_done = await asyncio.wait(waits, timeout=timeout)
                 if not_done:
@@ -417,36 +546,6 @@ def _check_headers(headers: Headers) -> list[tuple[str, bytes | None]]:
                             f"got {type(hvalue).__name__}")
         checked.append((hkey, None if hvalue is None else bytes(hvalue)))
     return checked
-
-
-def _gather_in_order(loop: asyncio.AbstractEventLoop,
-                     futures: list[asyncio.Future[RecordMetadata]]
-                     ) -> asyncio.Future[list[RecordMetadata]]:
-    """One future over many deliveries, resolved when the last one is, without a task."""
-    result: asyncio.Future[list[RecordMetadata]] = loop.create_future()
-    remaining = len(futures)
-    if not remaining:
-        result.set_result([])
-        return result
-
-    def on_done(_: asyncio.Future[RecordMetadata]) -> None:
-        nonlocal remaining
-        remaining -= 1
-        if remaining or result.done():
-            return
-        for f in futures:
-            if f.cancelled():
-                result.cancel()
-                return
-            exc = f.exception()
-            if exc is not None:
-                result.set_exception(exc)
-                return
-        result.set_result([f.result() for f in futures])
-
-    for f in futures:
-        f.add_done_callback(on_done)
-    return result
 
 
 def _as_kwargs(config: ProducerConfig) -> dict[str, Any]:

@@ -315,8 +315,9 @@ class RecordBatchBuilder:
         headers: Sequence[Headers | None] | None = None,
         *,
         start: int = 0,
+        stop: int | None = None,
     ) -> int:
-        """Append ``values[start:]`` (one shared timestamp) in order until one does not fit.
+        """Append ``values[start:stop]`` (one shared timestamp) in order until one does not fit.
 
         ``keys`` and ``headers`` (one header list per record) run parallel to ``values``.
         Returns how many records were taken; the caller opens a new batch and calls again with
@@ -329,6 +330,10 @@ class RecordBatchBuilder:
             raise ValueError(f"{len(keys)} keys for {total} values")
         if headers is not None and len(headers) != total:
             raise ValueError(f"{len(headers)} header lists for {total} values")
+        if stop is not None:
+            if not 0 <= stop <= total:
+                raise ValueError(f"stop {stop} outside 0..{total}")
+            total = stop  # the caller's run ends here (records of other partitions follow)
         if not 0 <= start <= total:
             raise ValueError(f"start {start} outside 0..{total}")
         buf = self._target
@@ -342,7 +347,9 @@ class RecordBatchBuilder:
         zz = _ZZ
         first = self.record_count
         count = first
-        if 0 <= delta < _TABLE_SIZE and first + (total - start) < _TABLE_SIZE:
+        # (a long ``values`` list is fine: the batch fills long before ``count`` outgrows the
+        # varint table, and if it ever did, the IndexError path below takes over)
+        if 0 <= delta < _TABLE_SIZE and first < _TABLE_SIZE:
             limit = self._limit
             # attributes + timestamp delta: the same bytes for every record of the call.
             prefix = _ZERO + zz[delta]
@@ -393,11 +400,11 @@ class RecordBatchBuilder:
                 self._commit_many(timestamp_ms, count)
                 taken = count - first
                 return taken + self._append_each(
-                    timestamp_ms, values, keys, headers, start + taken
+                    timestamp_ms, values, keys, headers, start + taken, total
                 )
             self._commit_many(timestamp_ms, count)
             return count - first
-        return self._append_each(timestamp_ms, values, keys, headers, start)
+        return self._append_each(timestamp_ms, values, keys, headers, start, total)
 
     def _commit_many(self, timestamp_ms: int, count: int) -> None:
         if count > self.record_count:
@@ -411,9 +418,10 @@ class RecordBatchBuilder:
         keys: Sequence[bytes | None] | None,
         headers: Sequence[Headers | None] | None,
         start: int,
+        stop: int,
     ) -> int:
         taken = 0
-        for index in range(start, len(values)):
+        for index in range(start, stop):
             if not self.try_append(
                 timestamp_ms,
                 None if keys is None else keys[index],

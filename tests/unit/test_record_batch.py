@@ -617,3 +617,15 @@ def test_split_batch_keeps_a_lone_oversize_record_alone() -> None:
     assert [[r.value for r in g] for g in groups] == [[b"a" * 10], [b"b" * 5000], [b"c" * 10]]
     with pytest.raises(ValueError):
         split_batch(sealed_batch() + sealed_batch(), 1000)
+
+
+def test_append_many_stops_at_stop_and_takes_long_lists_on_the_fast_path() -> None:
+    from aiokprod.records import RecordBatchBuilder, read_batches
+
+    values = [f"v{i}".encode() for i in range(20_000)]
+    builder = RecordBatchBuilder(bytearray(), write_limit=16384)
+    assert builder.append_many(1000, values, start=5, stop=9) == 4
+    taken = builder.append_many(1000, values, start=9)
+    assert 100 < taken < 20_000 - 9  # the batch filled up before the list ended
+    batch = next(read_batches(builder.seal()))
+    assert [r.value for r in batch.records] == values[5:9 + taken]
