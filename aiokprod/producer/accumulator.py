@@ -101,8 +101,8 @@ class RecordAccumulator:
         self._linger = linger_ms / 1000
         self._delivery_timeout = delivery_timeout_ms / 1000
         self.compression = compression
-        # attempts → seconds before a retried batch is sendable again (KIP-580)
-        self._retry_backoff = retry_backoff or (lambda attempts: 0.1)
+        # attempts → milliseconds before a retried batch is sendable again (KIP-580)
+        self._retry_backoff = retry_backoff or (lambda attempts: 100.0)  # retry.backoff.ms
         self._compression_level = compression_level
         # per (topic, codec) compression ratio estimate (seed 000, Message Compression)
         self._estimator = estimator
@@ -146,10 +146,13 @@ class RecordAccumulator:
             last = batches[-1]
             if last.sealed is None and last.builder.try_append(timestamp, key, value, headers):
                 future: asyncio.Future[RecordMetadata] = self._loop.create_future()
-                last.deliveries.append((future, last.builder.record_count - 1, timestamp,
+                builder = last.builder
+                last.deliveries.append((future, builder.record_count - 1, timestamp,
                                         -1 if key is None else len(key),
                                         -1 if value is None else len(value)))
                 self._queued_records += 1
+                if builder.full:
+                    self._wakeup()  # seed 004: a full batch is sendable now (Java: batchIsFull)
                 return future
         size = self.batch_size
         if key is not None or headers or value is not None:
@@ -179,6 +182,8 @@ class RecordAccumulator:
         if queue.batches and queue.batches[-1].try_append(timestamp, key, value, headers, future):
             self._queued_records += 1
             self._pool.deallocate(buffer, size)
+            if queue.batches[-1].builder.full:
+                self._wakeup()
             return future
         self._new_batch(queue, buffer, size, timestamp, key, value, headers, future)
         return future
@@ -254,6 +259,8 @@ class RecordAccumulator:
         first = builder.record_count
         before = builder.uncompressed_size
         taken = builder.append_many(timestamp, values, keys, headers, start=start, stop=stop)
+        if builder.full:
+            self._wakeup()
         if taken:
             segment = (bulk, start, taken, first)
             if batch.segments is None:
@@ -516,7 +523,10 @@ class RecordAccumulator:
         """The batch is finished: forget it and return its memory."""
         self._incomplete.discard(batch)
         if batch.buffer_size:
-            self._pool.deallocate(batch.buffer, batch.buffer_size)
+            # Hand back the bytes, not the bytearray: the batch and its sealed memoryview (which
+            # pins the buffer's size) may outlive this call (flush(), unresolved idempotent
+            # batches), and the builder resizes buffers anyway, so reuse would gain nothing.
+            self._pool.deallocate(b"", batch.buffer_size)
             batch.buffer_size = 0
 
     # ---- flush / close -------------------------------------------------------------------

@@ -456,7 +456,7 @@ class Producer:
 
     def metrics(self) -> dict[str, float]:
         """Java-named producer metrics, keyed ``group:name{tags}`` (e.g.
-        ``producer-metrics:record-send-rate{client-id=...}``)."""
+        ``producer-metrics:record-send-rate``, ``producer-topic-metrics:byte-rate{topic=t}``)."""
         if self._metrics is None:
             return {}
         return self._metrics.registry.snapshot_flat()
@@ -525,7 +525,10 @@ class Producer:
         for interceptor in self._interceptors:
             hook = getattr(interceptor, "on_acknowledgement", None)
             if hook is not None:
-                hook(md, error)
+                try:
+                    hook(md, error)
+                except Exception:  # Java: log and go on to the next interceptor
+                    log.exception("on_acknowledgement interceptor %r raised", interceptor)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("started" if self._started else "new")

@@ -171,6 +171,7 @@ class RecordBatchBuilder:
         "_uncompressed_size",
         "base_timestamp",
         "compression",
+        "full",
         "max_timestamp",
         "observed_ratio",
         "record_count",
@@ -236,6 +237,10 @@ class RecordBatchBuilder:
         self.max_timestamp = -1
         # Records appended; the next record's offset delta.
         self.record_count = 0
+        # Set when the next record would likely not fit (or one was refused): the accumulator
+        # wakes the sender then, as Java does on "batch is full" (a plain flag: checked per
+        # record).
+        self.full = False
         # compressed/uncompressed size of the records section, known after seal.
         self.observed_ratio: float | None = None
         # The finished batch, once sealed.
@@ -298,10 +303,14 @@ class RecordBatchBuilder:
         buf += body
         # Written first and rolled back when over: the check then costs one len() and the
         # rollback happens once per batch.
-        if len(buf) > self._limit and count:
+        end = len(buf)
+        if end > self._limit and count:
             del buf[mark:]
+            self.full = True
             return False
         self.record_count = count + 1
+        if end + (end - mark) > self._limit:
+            self.full = True  # another record like this one would not fit: send it now
         # An `if` rather than max(): it skips the store and a builtin call on the hot path.
         if timestamp_ms > self.max_timestamp:  # noqa: PLR1730
             self.max_timestamp = timestamp_ms
@@ -403,6 +412,8 @@ class RecordBatchBuilder:
                     timestamp_ms, values, keys, headers, start + taken, total
                 )
             self._commit_many(timestamp_ms, count)
+            if start + (count - first) < total:
+                self.full = True  # the loop stopped on the write limit
             return count - first
         return self._append_each(timestamp_ms, values, keys, headers, start, total)
 
@@ -462,7 +473,7 @@ class RecordBatchBuilder:
 
         The accumulator uses it to treat a batch as ready before a refused append proves it.
         """
-        if self._sealed is not None:
+        if self._sealed is not None or self.full:
             return True
         count = self.record_count
         if not count:

@@ -1,0 +1,341 @@
+"""What a user of ``Producer`` observes against the shared Tansu broker: delivery callbacks and
+interceptors, metrics, acks=0, partition choice, ``send_many`` and lifecycle errors.
+
+Records are read back by an independent client (``support.reader``) where their content
+matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from support.reader import read_back
+
+from aiokprod import Producer, RecordMetadata
+from aiokprod.devbroker import TansuBroker
+from aiokprod.errors import ConfigError, IllegalStateError, ProducerClosedError
+
+Headers = Sequence[tuple[str, bytes | None]] | None
+SendArgs = tuple[str, Any, Any, "int | None", "int | None", Headers]
+
+
+class Tagger:
+    """Appends ``!`` to every value and a header; records every acknowledgement."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.acks: list[tuple[RecordMetadata | None, BaseException | None]] = []
+        self.ack_threads: set[int] = set()
+        self.ack_loops: set[int] = set()
+
+    def on_send(self, topic: str, value: bytes, key: bytes | None, partition: int | None,
+                timestamp_ms: int | None, headers: Headers) -> SendArgs:
+        self.sent += 1
+        return (topic, value + b"!", key, partition, timestamp_ms,
+                [*(headers or []), ("via", b"tagger")])
+
+    def on_acknowledgement(self, metadata: RecordMetadata | None,
+                           error: BaseException | None) -> None:
+        self.ack_threads.add(threading.get_ident())
+        self.ack_loops.add(id(asyncio.get_running_loop()))  # raises if not on a loop
+        self.acks.append((metadata, error))
+
+
+class Broken:
+    """An interceptor with bugs in both hooks."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_send(self, *args: object) -> None:
+        self.calls += 1
+        raise RuntimeError("on_send bug")
+
+    def on_acknowledgement(self, metadata: RecordMetadata | None,
+                           error: BaseException | None) -> None:
+        self.calls += 1
+        raise RuntimeError("on_acknowledgement bug")
+
+
+# ------------------------------------------------------------------------ callbacks, interceptors
+
+
+async def test_delivery_callbacks_run_on_the_loop_in_send_order(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=1)
+    loop = asyncio.get_running_loop()
+    called: list[tuple[int, int, bool]] = []  # (index, offset, on the loop's thread)
+
+    def callback_for(index: int) -> Callable[[asyncio.Future[RecordMetadata]], None]:
+        def callback(future: asyncio.Future[RecordMetadata]) -> None:
+            on_loop = asyncio.get_running_loop() is loop and \
+                threading.get_ident() == threading.main_thread().ident
+            called.append((index, future.result().offset, on_loop))
+        return callback
+
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5) as producer:
+        futures = []
+        for i in range(40):
+            future = await producer.send(topic, f"r{i}".encode())
+            future.add_done_callback(callback_for(i))
+            futures.append(future)
+        await producer.flush()
+        await asyncio.sleep(0)  # done callbacks are scheduled with call_soon
+    assert [i for i, _o, _l in called] == list(range(40))
+    offsets = [o for _i, o, _l in called]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 40
+    assert all(on_loop for _i, _o, on_loop in called)
+
+
+async def test_interceptors_modify_records_and_see_every_acknowledgement(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=2)
+    tagger = Tagger()
+    loop_id = id(asyncio.get_running_loop())
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5,
+                        interceptors=[tagger]) as producer:
+        futures = [await producer.send(topic, f"v{i}".encode(), key=f"k{i % 3}".encode())
+                   for i in range(30)]
+        metas = await asyncio.gather(*futures)
+    assert tagger.sent == 30
+    assert sorted((m.partition, m.offset) for m, _e in tagger.acks if m is not None) == sorted(
+        (m.partition, m.offset) for m in metas)
+    assert all(e is None for _m, e in tagger.acks)
+    assert tagger.ack_threads == {threading.main_thread().ident}
+    assert tagger.ack_loops == {loop_id}
+    records = read_back(tansu.bootstrap, topic, expected=30)
+    assert sorted(r.value or b"" for r in records) == sorted(f"v{i}!".encode() for i in range(30))
+    assert all(r.headers == [("via", b"tagger")] for r in records)
+    # the modified value's size is what the metadata reports
+    assert sorted(m.serialized_value_size for m in metas) == sorted(
+        len(f"v{i}!") for i in range(30))
+
+
+async def test_an_interceptor_that_raises_does_not_lose_records(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=1)
+    tagger, broken = Tagger(), Broken()
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5,
+                        interceptors=[tagger, broken]) as producer:
+        futures = [await producer.send(topic, f"v{i}".encode()) for i in range(20)]
+        metas = await asyncio.wait_for(asyncio.gather(*futures), 10)
+    assert all(m.offset >= 0 for m in metas)
+    assert broken.calls == 40  # 20 on_send + 20 on_acknowledgement, each raised
+    assert len(tagger.acks) == 20
+    records = read_back(tansu.bootstrap, topic, expected=20)
+    # the broken interceptor's on_send failure kept the record as the tagger made it
+    assert [r.value for r in records] == [f"v{i}!".encode() for i in range(20)]
+
+
+
+async def test_a_raising_interceptor_does_not_hide_acknowledgements_from_the_next(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=1)
+    broken, tagger = Broken(), Tagger()
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5,
+                        interceptors=[broken, tagger]) as producer:
+        futures = [await producer.send(topic, f"v{i}".encode()) for i in range(10)]
+        await asyncio.wait_for(asyncio.gather(*futures), 10)
+    assert tagger.sent == 10  # on_send is guarded per interceptor (Java's rule)...
+    assert len(tagger.acks) == 10  # ...and so must on_acknowledgement be
+
+
+async def test_a_slow_callback_runs_after_its_whole_batch_is_complete(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=1)
+    done_when_slow_ran: list[list[bool]] = []
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=10_000) as producer:
+        futures = [await producer.send(topic, f"r{i}".encode()) for i in range(50)]
+
+        def slow(_future: asyncio.Future[RecordMetadata]) -> None:
+            done_when_slow_ran.append([f.done() for f in futures])
+            time.sleep(0.2)  # blocks the loop once, on purpose
+
+        futures[0].add_done_callback(slow)
+        await producer.flush()  # linger is long: the 50 records went as one batch
+        metas = [f.result() for f in futures]
+    assert [m.offset for m in metas] == list(range(metas[0].offset, metas[0].offset + 50))
+    # completion is per batch: every result was set before any callback ran
+    assert done_when_slow_ran == [[True] * 50]
+
+
+
+async def test_a_full_batch_is_sent_without_waiting_for_linger(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=1)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=3000,
+                        batch_size=1024) as producer:
+        warm = await producer.send(topic, b"warm-up")
+        await producer.flush()
+        await warm
+        first = await producer.send(topic, b"x" * 450)
+        for _ in range(5):  # the sender looks once (not full yet) and sleeps for linger_ms
+            await asyncio.sleep(0)
+        assert not first.done()
+        second = await producer.send(topic, b"x" * 450)  # no room for a third: full
+        # generous, yet half of linger_ms: only a woken sender meets it
+        await asyncio.wait_for(second, 1.5)
+        assert first.done()
+
+
+# ------------------------------------------------------------------------------------ metrics
+
+
+async def test_metrics_after_sending(tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=2)
+    buffer_memory = 8 * 1024 * 1024
+    count = 120
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5,
+                        buffer_memory=buffer_memory, client_id="metrics-test") as producer:
+        assert producer.metrics()["producer-metrics:record-send-total"] == 0
+        futures = [await producer.send(topic, b"x" * 50, key=f"{i}".encode())
+                   for i in range(count)]
+        await producer.flush()
+        await asyncio.gather(*futures)
+        metrics = producer.metrics()
+    assert metrics["producer-metrics:record-send-total"] == count
+    assert metrics[f"producer-topic-metrics:record-send-total{{topic={topic}}}"] == count
+    assert metrics["producer-metrics:batch-size-avg"] > 0
+    assert metrics["producer-metrics:request-latency-avg"] > 0
+    assert metrics["producer-metrics:buffer-total-bytes"] == buffer_memory
+    assert metrics["producer-metrics:requests-in-flight"] == 0
+    assert metrics["producer-metrics:batch-split-total"] == 0
+
+
+# ------------------------------------------------------------------------------------ acks=0
+
+
+async def test_acks_zero_resolves_with_offset_minus_one_and_records_arrive(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=1)
+    async with Producer(bootstrap_servers=tansu.bootstrap, acks=0, linger_ms=5) as producer:
+        assert not producer.config.enable_idempotence
+        futures = [await producer.send(topic, f"a{i}".encode()) for i in range(25)]
+        metas = await asyncio.wait_for(asyncio.gather(*futures), 10)
+        # the connection stays usable after requests that got no answer
+        futures = [await producer.send(topic, f"b{i}".encode()) for i in range(25)]
+        metas += await asyncio.wait_for(asyncio.gather(*futures), 10)
+    assert {m.offset for m in metas} == {-1}
+    assert all(m.topic == topic and m.partition == 0 for m in metas)
+    records = read_back(tansu.bootstrap, topic, expected=50)
+    assert [r.value for r in records] == [f"a{i}".encode() for i in range(25)] + [
+        f"b{i}".encode() for i in range(25)]
+
+
+# --------------------------------------------------------------------------------- partitions
+
+
+async def test_explicit_partition_and_out_of_range_partition(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=2)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0) as producer:
+        metas = [await producer.send_and_wait(topic, b"p", key=b"same-key", partition=p)
+                 for p in (1, 0, 1)]
+        assert [m.partition for m in metas] == [1, 0, 1]
+        with pytest.raises(ValueError, match=f"partition 2 of topic '{topic}' does not exist"):
+            await producer.send(topic, b"nope", partition=2)
+        assert producer._acc is not None and not producer._acc.has_queued()
+
+
+async def test_custom_partitioner_is_used(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=3)
+    calls: list[tuple[str, bytes | None, tuple[int, ...], tuple[int, ...]]] = []
+
+    def last_partition(topic: str, key: bytes | None, partitions: Sequence[int],
+                       available: Sequence[int]) -> int:
+        calls.append((topic, key, tuple(partitions), tuple(available)))
+        return 2
+
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0,
+                        partitioner=last_partition) as producer:
+        metas = [await producer.send_and_wait(topic, b"v", key=k) for k in (b"a", None, b"c")]
+        explicit = await producer.send_and_wait(topic, b"v", partition=0)
+    assert [m.partition for m in metas] == [2, 2, 2]
+    assert calls == [(topic, k, (0, 1, 2), (0, 1, 2)) for k in (b"a", None, b"c")]
+    assert explicit.partition == 0  # an explicit partition bypasses the partitioner
+
+
+@pytest.mark.parametrize("ignore_keys", [False, True])
+async def test_partitioner_ignore_keys_spreads_one_key_by_stickiness(
+    tansu: TansuBroker, new_topic: Callable[..., str], ignore_keys: bool
+) -> None:
+    topic = new_topic(partitions=4)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0, batch_size=1024,
+                        partitioner_ignore_keys=ignore_keys) as producer:
+        futures = [await producer.send(topic, b"x" * 200, key=b"one-key") for _ in range(80)]
+        metas = await asyncio.gather(*futures)
+    per_partition = Counter(m.partition for m in metas)
+    if not ignore_keys:
+        assert len(per_partition) == 1  # murmur2(key): one partition
+    else:
+        # ~16 KB through a sticky partitioner switching every 1 KB: 15+ draws over 4 partitions
+        assert len(per_partition) >= 2, per_partition
+        # sticky, not round-robin: consecutive records mostly share a partition
+        runs = 1 + sum(a.partition != b.partition for a, b in itertools.pairwise(metas))
+        assert runs <= 30, runs
+
+
+# ------------------------------------------------------------------------------------ send_many
+
+
+async def test_send_many_resolves_to_metadata_in_input_order(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=3)
+    values = [f"m{i}".encode() for i in range(60)]
+    keys = [f"k{i % 5}".encode() for i in range(60)]
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5) as producer:
+        many = await producer.send_many(topic, values, keys)
+        result = await asyncio.wait_for(many, 10)
+        empty = await asyncio.wait_for(await producer.send_many(topic, []), 1)
+    assert len(empty) == 0 and list(empty) == []
+    assert len(result) == 60
+    metas = list(result)
+    assert all(isinstance(m, RecordMetadata) and m.topic == topic for m in metas)
+    records = read_back(tansu.bootstrap, topic, expected=60)
+    by_position = {(r.partition, r.offset): r for r in records}
+    assert [by_position[(m.partition, m.offset)].value for m in metas] == values
+    assert [by_position[(m.partition, m.offset)].key for m in metas] == keys
+
+
+# ------------------------------------------------------------------------------------ lifecycle
+
+
+async def test_close_twice_is_harmless_and_send_after_close_fails(tansu: TansuBroker) -> None:
+    producer = Producer(bootstrap_servers=tansu.bootstrap)
+    await producer.start()
+    await producer.close()
+    await asyncio.wait_for(producer.close(), 1)
+    with pytest.raises(ProducerClosedError, match="closed"):
+        await producer.send("any", b"x")
+
+
+async def test_send_before_start_raises_a_clear_error(tansu: TansuBroker) -> None:
+    producer = Producer(bootstrap_servers=tansu.bootstrap)
+    with pytest.raises(IllegalStateError, match=r"not started.*producer\.start\(\)"):
+        await producer.send("any", b"x")
+    await producer.close()  # closing a producer that never started is harmless too
+
+
+def test_from_config_with_an_unknown_key_names_it() -> None:
+    with pytest.raises(ConfigError, match=r"'linger\.msec'.*did you mean 'linger\.ms'"):
+        Producer.from_config({"bootstrap.servers": "localhost:9092", "linger.msec": 5})
+    producer = Producer.from_config({"bootstrap.servers": "localhost:9092", "linger.ms": "7"})
+    assert producer.config.linger_ms == 7
