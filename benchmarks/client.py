@@ -229,10 +229,9 @@ async def _confluent_aio(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def _aiokprod_fill(spec: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "tests"))
-    from support.mock_cluster import MockCluster  # type: ignore[import-not-found]
-
     from aiokprod import Producer
     from aiokprod.errors import KafkaTimeoutError
+    from support.mock_cluster import MockCluster  # type: ignore[import-not-found]
 
     cluster = MockCluster(3)
     topic = spec["topic"]

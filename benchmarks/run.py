@@ -47,9 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # support.mock_cluster
 sys.path.insert(0, str(ROOT))
 
-from support.mock_cluster import MockCluster  # type: ignore[import-not-found]  # noqa: E402
-
 from aiokprod.devbroker import TansuBroker  # noqa: E402
+from support.mock_cluster import MockCluster  # type: ignore[import-not-found]  # noqa: E402
 
 CLIENT_SCRIPT = Path(__file__).resolve().with_name("client.py")
 CLIENTS = ("aiokprod-send", "aiokprod-bulk", "aiokafka", "confluent", "confluent-aio")

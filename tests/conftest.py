@@ -27,11 +27,11 @@ from typing import Any, Protocol
 
 import hypothesis  # noqa: F401 - see below
 import pytest
+
+from aiokprod.devbroker import TansuBroker
 from support.docker_probe import docker_unavailable_reason
 from support.mock_cluster import MockCluster
 from support.processes import child_processes, pid_alive
-
-from aiokprod.devbroker import TansuBroker
 
 # hypothesis is imported here, at collection, on purpose: when its pytest plugin first imports it
 # at session end (a run with no hypothesis test), CPython 3.11.7's AST recursion tracking can fail

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.mock_cluster import MockCluster
-from support.reader import read_back
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod.errors import RecordTooLargeError
+from support.mock_cluster import MockCluster
+from support.reader import read_back
 
 PRODUCE = 0
 MESSAGE_TOO_LARGE = 10

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
+
+from aiokprod import devbroker
+from aiokprod.devbroker import DevBrokerError, TansuBroker
 from support.docker_probe import docker_unavailable_reason
 from support.mock_cluster import MockCluster
 from support.processes import child_processes, pid_alive
 from support.reader import TIMESTAMP_CREATE_TIME, ReadRecord, read_back
 from support.wire import WireClient
-
-from aiokprod import devbroker
-from aiokprod.devbroker import DevBrokerError, TansuBroker
 
 PRODUCE = 0
 NOT_LEADER_OR_FOLLOWER = 6

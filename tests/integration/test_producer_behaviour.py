@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from support.reader import read_back
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod.devbroker import TansuBroker
 from aiokprod.errors import ConfigError, IllegalStateError, ProducerClosedError
+from support.reader import read_back
 
 Headers = Sequence[tuple[str, bytes | None]] | None
 SendArgs = tuple[str, Any, Any, "int | None", "int | None", Headers]

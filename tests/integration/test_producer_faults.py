@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from support.mock_cluster import MockCluster
-from support.reader import read_back
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod.devbroker import TansuBroker
 from aiokprod.errors import BufferExhaustedError, ProducerClosedError
+from support.mock_cluster import MockCluster
+from support.reader import read_back
 
 PRODUCE = 0
 NOT_LEADER_OR_FOLLOWER = 6

@@ -7,8 +7,6 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import pytest
-from support.reader import read_back
-from support.scripted_broker import ScriptedBroker, ScriptedRequest
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod.devbroker import TansuBroker
@@ -20,6 +18,8 @@ from aiokprod.errors import (
     SerializationError,
 )
 from aiokprod.protocol import MetadataRequest, MetadataResponse
+from support.reader import read_back
+from support.scripted_broker import ScriptedBroker, ScriptedRequest
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

@@ -21,6 +21,14 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 from crc32c import crc32c
+
+from aiokprod.devbroker import TansuBroker
+from aiokprod.protocol import (
+    ProduceRequest,
+    ProduceResponse,
+    decode_response,
+    encode_request,
+)
 from support.proxy import (
     KafkaProxy,
     ProxyError,
@@ -30,14 +38,6 @@ from support.proxy import (
     tansu_behind_proxy,
 )
 from support.reader import read_back
-
-from aiokprod.devbroker import TansuBroker
-from aiokprod.protocol import (
-    ProduceRequest,
-    ProduceResponse,
-    decode_response,
-    encode_request,
-)
 
 PRODUCE = 0
 API_VERSIONS = 18

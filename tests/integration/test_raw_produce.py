@@ -5,13 +5,13 @@ Consumer reads back every key, value, header and timestamp unchanged."""
 from __future__ import annotations
 
 import pytest
-from support.mock_cluster import MockCluster
-from support.reader import read_back
 
 from aiokprod.devbroker import TansuBroker
 from aiokprod.network.cluster import Cluster
 from aiokprod.protocol import MetadataRequest, ProduceRequest
 from aiokprod.records import CompressionType, RecordBatchBuilder
+from support.mock_cluster import MockCluster
+from support.reader import read_back
 
 CODECS = list(CompressionType)
 BASE_TS = 1_700_000_000_000

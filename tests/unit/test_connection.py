@@ -6,7 +6,6 @@ import asyncio
 import struct
 
 import pytest
-from support.scripted_broker import ScriptedBroker, ScriptedRequest
 
 from aiokprod.errors import (
     KafkaConnectionError,
@@ -16,6 +15,7 @@ from aiokprod.errors import (
 )
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.protocol import MetadataRequest, MetadataResponse, ProduceRequest
+from support.scripted_broker import ScriptedBroker, ScriptedRequest
 
 
 def metadata_answer(req: ScriptedRequest) -> bytes:

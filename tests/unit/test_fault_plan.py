@@ -7,6 +7,7 @@ rule precedence are checked by feeding it events directly.
 from __future__ import annotations
 
 import pytest
+
 from support.faults import PRODUCE_API_KEY, FaultPlan, Schedule
 
 METADATA_API_KEY = 3
