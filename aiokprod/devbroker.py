@@ -46,6 +46,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+from aiokprod.errors import ProtocolError
+from aiokprod.protocol import (
+    ApiVersionsRequest,
+    MetadataRequest,
+    decode_response,
+    encode_request,
+)
 
 __all__ = [
     "DevBrokerError",
@@ -64,8 +73,6 @@ TANSU_BIN_ENV = "CALF_TANSU_BIN"
 # services, so they are removed from the child's environment to keep it self-contained.
 _SCRUBBED_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "SCHEMA_REGISTRY")
 
-_API_VERSIONS_KEY = 18
-_METADATA_KEY = 3
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 _TAIL_LINES = 40
 # Colour codes, in case a Tansu build ignores NO_COLOR.
@@ -138,76 +145,38 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
-def _round_trip(
-    host: str, port: int, api_key: int, api_version: int, body: bytes, *, timeout: float
-) -> bytes:
-    """Send one non-flexible request (header v1) and return the response body after its header.
+def _round_trip(host: str, port: int, request: Any, version: int, *, timeout: float) -> Any:
+    """One request on a fresh blocking socket, decoded with the generated protocol classes.
 
-    Only used for the two probes below; both are non-flexible versions so header v1/v0 apply.
+    Blocking on purpose: the broker is started and probed from synchronous code (fixtures, the
+    CLI) before any event loop exists.
     """
     correlation_id = 1
-    client_id = b"aiokprod-devbroker"
-    header = struct.pack(">hhih", api_key, api_version, correlation_id, len(client_id)) + client_id
-    frame = struct.pack(">i", len(header) + len(body)) + header + body
+    frame = encode_request(request, version, correlation_id, "aiokprod-devbroker")
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
             sock.sendall(frame)
             (size,) = struct.unpack(">i", _recv_exact(sock, 4))
             payload = _recv_exact(sock, size)
-    except OSError as exc:
+        got, response = decode_response(payload, request.RESPONSE_TYPE, version)
+    except (OSError, ProtocolError) as exc:
         raise _WireError(str(exc)) from exc
-    (got_correlation,) = struct.unpack_from(">i", payload, 0)
-    if got_correlation != correlation_id:
-        raise _WireError(f"correlation id {got_correlation} != {correlation_id}")
-    return payload[4:]
+    if got != correlation_id:
+        raise _WireError(f"correlation id {got} != {correlation_id}")
+    return response
 
 
 def _api_versions(host: str, port: int, timeout: float) -> dict[int, tuple[int, int]]:
-    body = _round_trip(host, port, _API_VERSIONS_KEY, 0, b"", timeout=timeout)
-    error_code, count = struct.unpack_from(">hi", body, 0)
-    if error_code != 0:
-        raise _WireError(f"ApiVersions error code {error_code}")
-    versions: dict[int, tuple[int, int]] = {}
-    for index in range(count):
-        key, low, high = struct.unpack_from(">hhh", body, 6 + 6 * index)
-        versions[key] = (low, high)
-    return versions
-
-
-class _Reader:
-    """Cursor over a non-flexible response body; just enough for Metadata v4."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._pos = 0
-
-    def _take(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self._data, self._pos)
-        self._pos += struct.calcsize(fmt)
-        return int(value)
-
-    def int8(self) -> int:
-        return self._take(">b")
-
-    def int16(self) -> int:
-        return self._take(">h")
-
-    def int32(self) -> int:
-        return self._take(">i")
-
-    def string(self) -> str | None:
-        size = self.int16()
-        if size < 0:
-            return None
-        raw = self._data[self._pos : self._pos + size]
-        self._pos += size
-        return raw.decode("utf-8")
+    response = _round_trip(host, port, ApiVersionsRequest(), 0, timeout=timeout)
+    if response.error_code != 0:
+        raise _WireError(f"ApiVersions error code {response.error_code}")
+    return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
 
 @dataclass(frozen=True)
 class _MetadataView:
-    """The parts of a Metadata v4 response this module needs."""
+    """The parts of a Metadata response this module needs."""
 
     cluster_id: str | None
     # (topic error code, partitions) per topic name the broker returned.
@@ -221,39 +190,17 @@ def _metadata(host: str, port: int, topics: list[str], timeout: float) -> _Metad
     topic that an older Metadata request names, so merely looking would create it. v2+ also
     carries the cluster id the readiness check compares.
     """
-    request = struct.pack(">i", len(topics))
-    for topic in topics:
-        encoded = topic.encode("utf-8")
-        request += struct.pack(">h", len(encoded)) + encoded
-    request += b"\x00"  # allow_auto_topic_creation = false
-    response = _round_trip(host, port, _METADATA_KEY, 4, request, timeout=timeout)
-    reader = _Reader(response)
-    reader.int32()  # throttle_time_ms (v3+)
-    for _ in range(reader.int32()):  # brokers: node_id, host, port, rack
-        reader.int32()
-        reader.string()
-        reader.int32()
-        reader.string()
-    cluster_id = reader.string()
-    reader.int32()  # controller id
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+        allow_auto_topic_creation=False)
+    response = _round_trip(host, port, request, 4, timeout=timeout)
     found: dict[str, tuple[int, list[PartitionInfo]]] = {}
-    for _ in range(reader.int32()):
-        error_code = reader.int16()
-        name = reader.string()
-        reader.int8()  # is_internal
-        partitions: list[PartitionInfo] = []
-        for _ in range(reader.int32()):
-            partition_error = reader.int16()
-            index = reader.int32()
-            leader = reader.int32()
-            for _ in range(reader.int32()):  # replicas
-                reader.int32()
-            for _ in range(reader.int32()):  # isr
-                reader.int32()
-            partitions.append(PartitionInfo(index, leader, partition_error))
-        if name is not None:
-            found[name] = (error_code, sorted(partitions, key=lambda p: p.partition))
-    return _MetadataView(cluster_id, found)
+    for topic in response.topics:
+        partitions = [PartitionInfo(p.partition_index, p.leader_id, p.error_code)
+                      for p in topic.partitions]
+        if topic.name is not None:
+            found[topic.name] = (topic.error_code, sorted(partitions, key=lambda p: p.partition))
+    return _MetadataView(response.cluster_id, found)
 
 
 class TansuBroker:

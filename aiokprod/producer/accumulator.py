@@ -231,17 +231,9 @@ class RecordAccumulator:
     ) -> tuple[int, int]:
         """Open a new batch in ``buffer`` and append a run into it (at least one record)."""
         queue = self._queue(topic, partition)
-        builder = RecordBatchBuilder(
-            buffer, write_limit=max(size, self.batch_size), compression=self.compression,
-            compression_level=self._compression_level, estimator=self._estimator, topic=topic)
-        batch = ProducerBatch(topic, partition, buffer, size, builder, self._clock())
+        batch = self._open_batch(queue, buffer, size)
         taken = self._append_run(batch, timestamp, values, keys, headers, start, stop, bulk)
-        if not taken[0]:
-            self._pool.deallocate(buffer, size)
-            raise RuntimeError(f"a record did not fit an empty batch of {size} bytes")
-        queue.batches.append(batch)
-        self._incomplete.add(batch)
-        self._wakeup()
+        self._enqueue_new(queue, batch, appended=taken[0] > 0)
         return taken
 
     def _append_run(
@@ -285,18 +277,28 @@ class RecordAccumulator:
         headers: Sequence[tuple[str, bytes | None]] | None,
         future: asyncio.Future[RecordMetadata],
     ) -> None:
+        batch = self._open_batch(queue, buffer, size)
+        appended = batch.try_append(timestamp, key, value, headers, future)
+        self._enqueue_new(queue, batch, appended=appended)
+        self._queued_records += 1
+
+    def _open_batch(self, queue: _PartitionQueue, buffer: bytearray, size: int
+                    ) -> ProducerBatch:
         builder = RecordBatchBuilder(
             buffer, write_limit=max(size, self.batch_size), compression=self.compression,
             compression_level=self._compression_level, estimator=self._estimator,
             topic=queue.topic)
-        batch = ProducerBatch(queue.topic, queue.partition, buffer, size, builder, self._clock())
-        if not batch.try_append(timestamp, key, value, headers, future):
+        return ProducerBatch(queue.topic, queue.partition, buffer, size, builder, self._clock())
+
+    def _enqueue_new(self, queue: _PartitionQueue, batch: ProducerBatch, *, appended: bool
+                     ) -> None:
+        if not appended:
             # cannot happen for an empty batch sized for the record; fail loudly, lose nothing
-            self._pool.deallocate(buffer, size)
-            raise RuntimeError(f"a record did not fit an empty batch of {size} bytes")
+            self._pool.deallocate(b"", batch.buffer_size)
+            raise RuntimeError(f"a record did not fit an empty batch of {batch.buffer_size} "
+                               f"bytes")
         queue.batches.append(batch)
         self._incomplete.add(batch)
-        self._queued_records += 1
         self._wakeup()
 
     def _queue(self, topic: str, partition: int) -> _PartitionQueue:
