@@ -42,6 +42,7 @@ class ProducerBatch:
         "buffer",
         "buffer_size",
         "builder",
+        "covered_records",
         "created_at",
         "deliveries",
         "done",
@@ -72,7 +73,12 @@ class ProducerBatch:
         self.topic = topic
         self.partition = partition
         self.buffer = buffer  # pooled memory, returned to the pool when the batch is done
-        self.buffer_size = buffer_size  # what the pool accounted for it
+        # what the pool accounted for it: record bytes, plus bookkeeping blocks (see below)
+        self.buffer_size = buffer_size
+        # records whose bookkeeping (future, tuple, ints: RECORD_OVERHEAD bytes each) the pool
+        # has been charged for; appending past it first reserves another block, so that
+        # buffer_memory bounds the whole of what queued records cost, not only their bytes
+        self.covered_records = 0
         self.builder = builder  # appends records straight into ``buffer``
         self.created_at = now  # linger and delivery.timeout.ms count from here
         # per send(): (future, offset delta, timestamp, key size, value size), resolved in one

@@ -363,7 +363,7 @@ class Producer:
                     taken, added = acc.try_append_many(topic, p, timestamp_ms, ordered_vals,
                                                        ordered_keys, hdrs, i, run_stop, bulk)
                     if not taken:
-                        size = acc.allocation_size(
+                        size = acc.bulk_allocation_size(
                             None if ordered_keys is None else ordered_keys[i], ordered_vals[i],
                             record_headers)
                         buffer = pool.try_allocate(size)

@@ -159,3 +159,45 @@ async def test_mock_cluster_broker_down_and_up(mock_cluster: MockCluster, topic_
 
     results = await _produce_keyed(mock_cluster.bootstrap, topic, 1500, fault)
     _check_order_and_completeness(mock_cluster.bootstrap, topic, results)
+
+
+@pytest.mark.parametrize("value_size", [10, 100, 1000])
+async def test_memory_stays_within_buffer_memory_against_a_stalled_broker(
+    tansu_factory: Callable[..., TansuBroker], value_size: int
+) -> None:
+    """What queued records cost in Python objects (futures, bookkeeping) is charged to
+    buffer.memory too, so the process's growth is bounded by it plus a small constant, even
+    for tiny records where the bookkeeping outweighs the bytes."""
+    import gc
+    import tracemalloc
+
+    broker = tansu_factory()
+    broker.create_topic("bounded", 1)
+    buffer_memory = 2 * 1024 * 1024
+    producer = Producer(bootstrap_servers=broker.bootstrap, buffer_memory=buffer_memory,
+                        max_block_ms=200, linger_ms=0, delivery_timeout_ms=60_000)
+    await producer.start()
+    try:
+        await producer.send_and_wait("bounded", b"warm-up")
+        payload = b"x" * value_size
+        with stalled(broker):
+            gc.collect()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                kept = []
+                with pytest.raises(BufferExhaustedError):
+                    for _ in range(1_000_000):
+                        kept.append(await producer.send("bounded", payload))
+                gc.collect()
+                grown = tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+            # `kept` itself (8 bytes a record) is the test's, not the producer's
+            grown -= 8 * len(kept)
+            print(f"value {value_size} B: {len(kept)} records queued, traced growth "
+                  f"{grown / 2**20:.2f} MiB for buffer.memory {buffer_memory / 2**20:.0f} MiB")
+            assert len(kept) > 1000
+            assert grown <= buffer_memory + 512 * 1024
+    finally:
+        await producer.close(timeout=1)

@@ -14,7 +14,7 @@ import pytest
 
 from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
-from aiokprod.producer.accumulator import RecordAccumulator
+from aiokprod.producer.accumulator import RECORD_BOOKKEEPING_BYTES, RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
 from aiokprod.records import CompressionRatioEstimator, CompressionType, read_batches
@@ -22,6 +22,8 @@ from aiokprod.records import CompressionRatioEstimator, CompressionType, read_ba
 TOPIC = "t"
 TS = 1_700_000_000_000
 BATCH_SIZE = 1024
+# what one new batch is charged: its bytes and its first bookkeeping block (one record per KiB)
+CHARGED_PER_BATCH = BATCH_SIZE + RECORD_BOOKKEEPING_BYTES
 VALUE = b"v" * 100  # ~110 bytes on the wire: 8 records fill a 1024-byte batch
 EPS = 1e-9  # past a deadline computed in floating point
 
@@ -194,7 +196,8 @@ async def test_ready_when_the_open_batch_is_full_without_a_second_one() -> None:
 
 
 async def test_ready_when_someone_waits_for_memory() -> None:
-    h = Harness(linger_ms=10_000, buffer_memory=2 * BATCH_SIZE)
+    # room for exactly two batches (each charged its bytes and a first bookkeeping block)
+    h = Harness(linger_ms=10_000, buffer_memory=2 * (BATCH_SIZE + RECORD_BOOKKEEPING_BYTES))
     view = view_of({TOPIC: [1, 2]})
     h.append(partition=0)
     h.append(partition=1)
@@ -503,7 +506,8 @@ async def test_split_keeps_every_record_and_its_future_in_order() -> None:
     (big,) = h.drain(view)
     assert big.record_count == 60
     assert records_of(big) == sent
-    assert h.pool.statistics().allocated_memory == BATCH_SIZE
+    # its bytes, and the bookkeeping of its 60 records (a block per record at batch.size 1 KiB)
+    assert h.pool.statistics().allocated_memory == BATCH_SIZE + 60 * RECORD_BOOKKEEPING_BYTES
 
     parts = h.acc.split(big, h.clock.now)
 
@@ -554,5 +558,5 @@ async def test_a_new_batch_can_start_while_a_released_batch_is_still_referenced(
     # the next batch must start normally and keep the pool's accounting exact
     future = h.append(value=b"next")
     assert not future.done()
-    assert h.pool.statistics().allocated_memory == BATCH_SIZE
+    assert h.pool.statistics().allocated_memory == CHARGED_PER_BATCH
     assert records_of(done) == [(None, VALUE, TS)] * 8 + [(None, b"z" * (left - 9), TS)]
