@@ -223,6 +223,11 @@ class Sender:
     def _run_once(self, now: float) -> float:
         acc = self._acc
         cluster = self._cluster
+        if self.fatal_error is not None:
+            # records appended after the producer failed (their send was waiting for metadata
+            # or memory when it did) fail at once, not at delivery.timeout.ms
+            for batch in acc.abort_queued():
+                self._fail(batch, self.fatal_error)
         self._expire(now)
         idem = self._idem
         if idem is not None and self.fatal_error is None and idem.needs_producer_id():
@@ -302,14 +307,7 @@ class Sender:
                 request = InitProducerIdRequest(
                     transactional_id=None, transaction_timeout_ms=self._transaction_timeout_ms,
                     producer_id=pid, producer_epoch=epoch)
-                try:
-                    response = await conn.request(request, version=version)
-                except KafkaError as exc:
-                    if isinstance(exc, KafkaConnectionError) and not conn.connected and \
-                            conn.closed_cause is not None and "malformed" not in str(exc):
-                        # the broker dropped the connection on this version: try another one
-                        failed_versions.add(version)
-                    raise
+                response = await conn.request(request, version=version)
                 code = response.error_code
                 if code == _NONE:
                     idem.on_producer_id(response.producer_id, response.producer_epoch)
@@ -325,16 +323,19 @@ class Sender:
                              "id", self._client, err.__name__)
                     idem.on_bump_unsupported()
                     continue
-                if code in (35, 42):
+                if not err.retriable and len(candidates) > 1:
+                    # a broker that fails one version may serve another (Tansu answers
+                    # UNKNOWN_SERVER_ERROR to v0-v2): try the next one down before giving up
+                    log.info("[client %s] InitProducerId v%d failed (%s); trying v%d",
+                             self._client, version, err.__name__, candidates[1])
                     failed_versions.add(version)
                     continue
-                if not err.retriable:
-                    raise err(f"InitProducerId v{version} failed: {err.message}")
                 raise err(f"InitProducerId v{version}: {err.message}")
             except asyncio.CancelledError:
                 raise
             except BrokerResponseError as exc:
                 if not exc.retriable:
+                    idem.fail_fatally(exc)
                     self._set_fatal(exc)
                     return
                 log.debug("[client %s] InitProducerId: %s", self._client, exc)

@@ -14,7 +14,7 @@ import pytest
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod.devbroker import TansuBroker
-from aiokprod.errors import BufferExhaustedError, ProducerClosedError
+from aiokprod.errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from support.mock_cluster import MockCluster
 from support.reader import read_back
 
@@ -201,3 +201,38 @@ async def test_memory_stays_within_buffer_memory_against_a_stalled_broker(
             assert grown <= buffer_memory + 512 * 1024
     finally:
         await producer.close(timeout=1)
+
+
+async def test_init_producer_id_falls_back_to_another_version(mock_cluster: MockCluster,
+                                                              topic_name: str) -> None:
+    """A broker that fails one InitProducerId version (Tansu: UNKNOWN_SERVER_ERROR for v0-v2)
+    is asked again on the next version down instead of failing the producer."""
+    init_producer_id, unknown_server_error = 22, -1
+    mock_cluster.create_topic(topic_name, 1, replication_factor=3)
+    mock_cluster.start_request_tracking()
+    mock_cluster.push_request_errors(init_producer_id, unknown_server_error)
+    async with Producer(bootstrap_servers=mock_cluster.bootstrap, max_block_ms=10_000) as producer:
+        md = await asyncio.wait_for(producer.send_and_wait(topic_name, b"after-fallback"), 15)
+        assert md.offset == 0
+        assert producer._sender is not None
+        assert producer._sender.statistics().producer_id >= 0
+    assert len(mock_cluster.get_requests(init_producer_id)) == 2
+
+
+async def test_fatal_producer_id_error_fails_sends_promptly_and_close_returns(
+        mock_cluster: MockCluster, topic_name: str) -> None:
+    """Every InitProducerId version refused with a non-retriable error (authorization): the
+    producer is fatal; the waiting send fails with the cause, later sends too, close returns."""
+    init_producer_id, cluster_authorization_failed = 22, 31
+    mock_cluster.create_topic(topic_name, 1, replication_factor=3)
+    mock_cluster.push_request_errors(init_producer_id, *[cluster_authorization_failed] * 10)
+    loop = asyncio.get_running_loop()
+    producer = Producer(bootstrap_servers=mock_cluster.bootstrap, delivery_timeout_ms=60_000)
+    await producer.start()
+    start = loop.time()
+    with pytest.raises(KafkaError, match="CLUSTER_AUTHORIZATION_FAILED"):
+        await asyncio.wait_for(producer.send_and_wait(topic_name, b"x"), 10)
+    with pytest.raises(KafkaError, match="fatal"):
+        await producer.send(topic_name, b"later")
+    await asyncio.wait_for(producer.close(), 5)
+    assert loop.time() - start < 10
