@@ -353,13 +353,17 @@ class Sender:
             self.wakeup()
 
     def _on_leaders_moved(self, topics: list[str]) -> None:
+        """KIP-1269: a new leader may keep the classic 5 batches, whatever the old one said, so
+        every partition of a topic whose leaders moved goes back to 5 and learns again (the
+        metadata says which topics moved, not which partitions; 5 is always safe)."""
         idem = self._idem
         if idem is None:
             return
-        moved = set(topics)
-        for batch in list(self._in_flight):
-            if batch.topic in moved:
-                idem.on_leader_change(TopicPartition(batch.topic, batch.partition))
+        view = self._cluster.view
+        for topic in set(topics):
+            meta = view.topics.get(topic)
+            for partition in (meta.partition_ids if meta is not None else ()):
+                idem.on_leader_change(TopicPartition(topic, partition))
 
     # ---- sending ---------------------------------------------------------------------------
 

@@ -72,3 +72,27 @@ def test_without_the_field_the_window_stays_five() -> None:
     print(f"no field: deepest={deepest} limit={limit}")
     assert limit == 5
     assert deepest <= 5
+
+
+def test_a_leader_change_resets_the_window_to_five() -> None:
+    """Also for a partition with nothing in flight when the leaders move (KIP-1269: the new
+    leader may be an old broker with the hard-coded window of 5)."""
+
+    async def scenario(bootstrap: str) -> tuple[int, int]:
+        async with Producer(bootstrap_servers=bootstrap, linger_ms=0,
+                            max_in_flight_requests_per_connection=25) as producer:
+            await producer.send_and_wait("moves", b"learn the window")
+            sender, cluster = producer._sender, producer._cluster
+            assert sender is not None and sender._idem is not None and cluster is not None
+            state = sender._idem.partition_state(TopicPartition("moves", 0))
+            learned = state.in_flight_limit
+            assert state.on_wire_count == 0  # nothing in flight when the leaders move
+            for callback in cluster.on_leaders_moved:
+                callback(["moves"])
+            return learned, sender._idem.partition_state(TopicPartition("moves", 0)).in_flight_limit
+
+    with tansu_behind_proxy(seed=7) as (broker, proxy):
+        broker.create_topic("moves", 1)
+        proxy.faults.rewrite_produce_responses(set_batches_to_retain(20))
+        learned, after = asyncio.run(scenario(proxy.bootstrap))
+    assert (learned, after) == (20, 5)
