@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from aiokprod.errors import BufferExhaustedError, KafkaTimeoutError
 from aiokprod.network.metadata import ClusterView
-from aiokprod.producer.batch import ProducerBatch, RecordMetadata
+from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
 from aiokprod.records import (
     CompressionRatioEstimator,
     CompressionType,
@@ -40,11 +40,11 @@ log = logging.getLogger(__name__)
 
 _BATCH_HEADER = 61  # RecordBatch v2 header bytes
 _RECORD_OVERHEAD = 21  # worst-case varints + attributes of one record
-# Python-side bookkeeping per record queued with send(): its future, the delivery tuple and
-# its ints, as measured with tracemalloc on CPython 3.11 (275 bytes), rounded up. buffer.memory
+# Python-side bookkeeping per record queued with send(): its future, its delivery slots and
+# their ints, as measured with tracemalloc on CPython 3.11 (229 bytes), rounded up. buffer.memory
 # is charged for it in blocks (one record per KiB of batch.size: 16 records by default), so the
 # pool bounds what queued records really cost (the Java client bounds only their bytes).
-RECORD_BOOKKEEPING_BYTES = 288
+RECORD_BOOKKEEPING_BYTES = 240
 
 
 def estimate_record_size(key: bytes | None, value: bytes | None,
@@ -153,11 +153,11 @@ class RecordAccumulator:
         if batches:
             last = batches[-1]
             if last.sealed is None and (
-                    len(last.deliveries) < last.covered_records or self._cover(last)) and \
+                    len(last.deliveries) < last.covered_slots or self._cover(last)) and \
                     last.builder.try_append(timestamp, key, value, headers):
                 future: asyncio.Future[RecordMetadata] = self._loop.create_future()
                 builder = last.builder
-                last.deliveries.append((future, builder.record_count - 1, timestamp,
+                last.deliveries.extend((future, builder.record_count - 1, timestamp,
                                         -1 if key is None else len(key),
                                         -1 if value is None else len(value)))
                 self._queued_records += 1
@@ -165,7 +165,7 @@ class RecordAccumulator:
                     self._wakeup()  # seed 004: a full batch is sendable now (Java: batchIsFull)
                 return future
         if batches and batches[-1].sealed is None and not batches[-1].builder.full and \
-                len(batches[-1].deliveries) >= batches[-1].covered_records:
+                len(batches[-1].deliveries) >= batches[-1].covered_slots:
             return None  # the open batch has room but no bookkeeping block: wait for memory
         size = self.allocation_size(key, value, headers)
         buffer = self._pool.try_allocate(size)
@@ -180,7 +180,7 @@ class RecordAccumulator:
         if self._pool.try_allocate(self._block_bytes) is None:
             return False
         batch.buffer_size += self._block_bytes
-        batch.covered_records += self._block_records
+        batch.covered_slots += self._block_records * DELIVERY_STRIDE
         return True
 
     def append_with_buffer(
@@ -199,10 +199,10 @@ class RecordAccumulator:
         future: asyncio.Future[RecordMetadata] = self._loop.create_future()
         last = queue.batches[-1] if queue.batches else None
         if last is not None and last.sealed is None and not last.builder.full:
-            if len(last.deliveries) >= last.covered_records:
+            if len(last.deliveries) >= last.covered_slots:
                 # the memory waited for pays for more of the open batch's bookkeeping
                 last.buffer_size += size
-                last.covered_records += size // RECORD_BOOKKEEPING_BYTES
+                last.covered_slots += size // RECORD_BOOKKEEPING_BYTES * DELIVERY_STRIDE
                 size = 0
             if last.try_append(timestamp, key, value, headers, future):
                 self._queued_records += 1
@@ -331,7 +331,8 @@ class RecordAccumulator:
         future: asyncio.Future[RecordMetadata],
     ) -> None:
         batch = self._open_batch(queue, buffer, size, size - self._block_bytes)
-        batch.covered_records = self._block_records  # allocation_size included a block
+        # allocation_size included a first block
+        batch.covered_slots = self._block_records * DELIVERY_STRIDE
         appended = batch.try_append(timestamp, key, value, headers, future)
         self._enqueue_new(queue, batch, appended=appended)
         self._queued_records += 1
@@ -536,9 +537,10 @@ class RecordAccumulator:
                     raise RuntimeError("a split group did not fit its batch")
             end = index + len(group)
             # each record's delivery follows it, with its offset delta rebased on the group
-            new.deliveries = [(f, d - index, t, k, v) for f, d, t, k, v in batch.deliveries
-                              if index <= d < end]
-            kept += len(new.deliveries)
+            moved = [(f, d - index, t, k, v) for f, d, t, k, v in batch.delivery_records()
+                     if index <= d < end]
+            new.deliveries = [slot for record in moved for slot in record]
+            kept += len(moved)
             if batch.segments is not None:
                 new.segments = _rebase_segments(batch.segments, index, end)
                 kept += sum(count for _b, _p, count, _d in new.segments)

@@ -132,7 +132,7 @@ async def test_records_go_into_the_open_batch_until_it_is_full_then_a_new_one() 
     view = view_of({TOPIC: [1, 1]})
     (batch,) = [b for b in h.drain(view) if b.partition == 0]
     assert batch.record_count == per_batch
-    assert [d[0] for d in batch.deliveries] == futures[:per_batch]
+    assert batch.record_futures() == futures[:per_batch]
 
 
 async def test_record_larger_than_batch_size_gets_a_batch_of_its_own_size() -> None:
@@ -222,7 +222,7 @@ async def test_ready_while_a_flush_is_in_progress() -> None:
     before = h.wakeups
     pending = h.acc.begin_flush()
     assert h.wakeups == before + 1
-    assert [d[0] for b in pending for d in b.deliveries] == [future]
+    assert [f for b in pending for f in b.record_futures()] == [future]
     assert h.acc.statistics().flushes_in_progress == 1
     assert h.acc.ready(view, h.clock.now).ready_nodes == {1}
     h.acc.end_flush()
@@ -431,7 +431,7 @@ async def test_expire_returns_batches_past_delivery_timeout() -> None:
     assert h.acc.next_expiry_delay(h.clock.now) == pytest.approx(0.4)
     h.clock.advance(0.4)
     (expired,) = h.acc.expire(h.clock.now)
-    assert [d[0] for d in expired.deliveries] == [old]
+    assert expired.record_futures() == [old]
     assert h.acc.statistics().queued_records == 1
     error = h.acc.delivery_timeout_error(expired, h.clock.now)
     assert isinstance(error, KafkaTimeoutError)
@@ -439,7 +439,7 @@ async def test_expire_returns_batches_past_delivery_timeout() -> None:
     assert f"{TOPIC}-0" in str(error) and "1000 ms has passed" in str(error)
     h.clock.advance(0.6)
     (expired,) = h.acc.expire(h.clock.now)
-    assert [d[0] for d in expired.deliveries] == [young]
+    assert expired.record_futures() == [young]
     assert not h.acc.has_queued()
 
 
@@ -514,7 +514,7 @@ async def test_split_keeps_every_record_and_its_future_in_order() -> None:
     assert len(parts) >= 3  # ~7 KB uncompressed re-cut by batch.size at ratio 1.0
     assert big.done and big.final_state == "split"
     assert h.pool.statistics().allocated_memory == 0  # the big batch's memory is back
-    assert [d[0] for p in parts for d in p.deliveries] == futures
+    assert [f for p in parts for f in p.record_futures()] == futures
     assert all(not f.done() for f in futures)
     assert sum(p.record_count for p in parts) == 60
     assert h.acc.statistics().incomplete_batches == len(parts)
