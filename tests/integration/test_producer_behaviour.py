@@ -339,3 +339,46 @@ def test_from_config_with_an_unknown_key_names_it() -> None:
         Producer.from_config({"bootstrap.servers": "localhost:9092", "linger.msec": 5})
     producer = Producer.from_config({"bootstrap.servers": "localhost:9092", "linger.ms": "7"})
     assert producer.config.linger_ms == 7
+
+
+async def test_close_leaves_no_task_behind_and_survives_cancellation(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """DESIGN: close() is shielded from cancellation and leaves no task behind."""
+    topic = new_topic()
+    before = asyncio.all_tasks()
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=50)
+    await producer.start()
+    pending = [await producer.send(topic, f"{i}".encode()) for i in range(20)]
+    closing = asyncio.ensure_future(producer.close())
+    await asyncio.sleep(0)
+    closing.cancel()  # the caller gives up; the shutdown itself must still finish
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    for _ in range(200):
+        if all(f.done() for f in pending) and asyncio.all_tasks() <= before | {
+                asyncio.current_task()}:
+            break
+        await asyncio.sleep(0.02)
+    assert all(f.done() and not f.cancelled() and f.exception() is None for f in pending)
+    leftover = asyncio.all_tasks() - before - {asyncio.current_task()}
+    assert not leftover, leftover
+
+
+async def test_send_does_not_suspend_when_metadata_and_memory_are_there(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """Issue 3: send() returns as soon as the record is queued, without yielding to the loop,
+    unless it must wait for metadata or memory. Driven by hand, the coroutine must finish on
+    its first step (StopIteration carries the delivery future)."""
+    topic = new_topic()
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0) as producer:
+        await producer.send_and_wait(topic, b"metadata is known now")
+        for i in range(500):  # new batches, full batches, sticky switches included
+            coro = producer.send(topic, f"{i}".encode() * 40)
+            with pytest.raises(StopIteration) as finished:
+                coro.send(None)
+            delivery = finished.value.value
+            assert isinstance(delivery, asyncio.Future)
+        await producer.flush()
+        assert delivery.done() and delivery.result().offset >= 0
