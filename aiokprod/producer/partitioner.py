@@ -259,6 +259,40 @@ class BuiltinPartitioner:
             sticky = self._draw(state, num_partitions, available_partitions)
         return sticky
 
+    def place(
+        self,
+        topic: str,
+        key_bytes: bytes | None,
+        value_bytes: bytes | None,
+        cluster_partitions: Sequence[int],
+        available_partitions: Sequence[int],
+        appended_bytes: int,
+    ) -> int:
+        """``partition`` then ``on_append`` in one call: the producer's per-record path.
+
+        The bytes are counted before the append instead of after it; the switch decision is
+        the same, and a record that then fails to append (rare: memory or close) counts once
+        too often, which only brings a switch slightly earlier.
+        """
+        if self._custom is not None or (key_bytes is not None and not self._ignore_keys):
+            partition = self.partition(topic, key_bytes, value_bytes, cluster_partitions,
+                                       available_partitions)
+            self.on_append(topic, partition, appended_bytes)
+            return partition
+        state = self._topics.get(topic)
+        num_partitions = len(cluster_partitions)
+        if state is None or state.sticky is None or state.num_partitions != num_partitions:
+            partition = self.partition(topic, key_bytes, value_bytes, cluster_partitions,
+                                       available_partitions)
+            self.on_append(topic, partition, appended_bytes)
+            return partition
+        partition = state.sticky
+        produced = state.produced_bytes + appended_bytes
+        state.produced_bytes = produced
+        if produced >= self._sticky_bytes:
+            state.sticky = None
+        return partition
+
     def on_append(
         self, topic: str, partition: int, appended_bytes: int, *, enable_switch: bool = True
     ) -> None:

@@ -222,18 +222,20 @@ class Producer:
             start = time.monotonic()
             meta = await cluster.wait_for_topic(topic, self._max_block)
         if partition is None:
-            partition = self._partitioner.partition(topic, key_bytes, value_bytes,
-                                                    meta.partition_ids, meta.available_partitions)
+            partition = self._partitioner.place(topic, key_bytes, value_bytes,
+                                                meta.partition_ids, meta.available_partitions,
+                                                size)
         elif partition not in meta.partitions:
             raise ValueError(f"partition {partition} of topic {topic!r} does not exist: it has "
                              f"partitions 0..{len(meta.partition_ids) - 1}")
+        else:
+            self._partitioner.on_append(topic, partition, size)
         future = acc.try_append(topic, partition, timestamp_ms, key_bytes, value_bytes, headers)
         if future is None:
             if not start:
                 start = time.monotonic()
             future = await self._append_waiting(topic, partition, timestamp_ms, key_bytes,
                                                 value_bytes, headers, start)
-        self._partitioner.on_append(topic, partition, size)
         return future
 
     async def _append_waiting(self, topic: str, partition: int, timestamp_ms: int,

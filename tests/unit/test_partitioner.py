@@ -372,3 +372,26 @@ def test_from_config_and_custom_disables_adaptive() -> None:
     custom = BuiltinPartitioner(batch_size=1, custom=lambda t, k, a, v: 0)
     custom.update_partition_load_stats(TOPIC, [0, 9], [0, 1], 2)
     assert not custom.statistics(TOPIC).weighted
+
+
+def test_place_is_partition_then_on_append() -> None:
+    """The producer's one-call path chooses exactly what the two-call path would."""
+    import random as _random
+
+    def run(combined: bool) -> list[int]:
+        p = BuiltinPartitioner(batch_size=1000, rng=_random.Random(42))
+        chosen = []
+        for i in range(3000):
+            key = None if i % 3 else f"k{i}".encode()
+            size = 37 + i % 50
+            if combined:
+                chosen.append(p.place("t", key, None, range(6), range(6), size))
+            else:
+                part = p.partition("t", key, None, range(6), range(6))
+                p.on_append("t", part, size)
+                chosen.append(part)
+        return chosen
+
+    two_calls = run(combined=False)
+    assert run(combined=True) == two_calls
+    assert len(set(two_calls)) == 6  # it did switch, across every partition
