@@ -117,12 +117,13 @@ def _parse_address(entry: str, given: object) -> str:
         host, sep, port = entry[1:].partition("]:")
     else:
         host, sep, port = entry.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise _fail("bootstrap_servers", given, f'entry {entry!r} is not "host:port"')
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _parse_bootstrap(value: object) -> tuple[str, ...]:
+def parse_bootstrap_servers(value: object) -> tuple[str, ...]:
+    """``bootstrap.servers`` as a string or a list → normalised ``"host:port"`` entries."""
     if isinstance(value, str):
         entries: list[object] = list(value.split(","))
     elif isinstance(value, Sequence):
@@ -291,7 +292,7 @@ class ProducerConfig:
         if not isinstance(interceptors, Sequence) or isinstance(interceptors, str):
             raise _fail("interceptors", interceptors, "expected a sequence of interceptor objects")
         given["interceptors"] = tuple(interceptors)
-        given["bootstrap_servers"] = _parse_bootstrap(bootstrap_servers)
+        given["bootstrap_servers"] = parse_bootstrap_servers(bootstrap_servers)
         given["acks"] = _parse_acks(acks)
         given["compression_type"] = _parse_choice(
             "compression_type", compression_type, COMPRESSION_TYPES, upper=False

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokprod._backoff import ExponentialBackoff
+from aiokprod.config import parse_bootstrap_servers
 from aiokprod.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -49,20 +50,12 @@ _WAIT_TOPIC_ERRORS = frozenset({UNKNOWN_TOPIC_OR_PARTITION, 5})  # ..., LEADER_N
 
 
 def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
-    """'h1:9092,h2:9093' or ['h1:9092'] → [(host, port)], with a clear error on junk."""
-    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    """'h1:9092,h2:9093' or ['h1:9092'] → [(host, port)]; validated by the config's parser
+    (a ``ConfigError``, i.e. a ``ValueError``, naming bootstrap.servers on junk)."""
     result: list[tuple[str, int]] = []
-    for raw in items:
-        item = raw.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(
-                f"bootstrap.servers entry {item!r} is not host:port (e.g. 127.0.0.1:9092)")
+    for entry in parse_bootstrap_servers(servers):
+        host, _, port = entry.rpartition(":")
         result.append((host.strip("[]"), int(port)))
-    if not result:
-        raise ValueError("bootstrap.servers is empty: give at least one host:port")
     return result
 
 

@@ -31,6 +31,7 @@ from aiokprod.errors import (
     ProtocolError,
     RequestTimeoutError,
     UnsupportedVersionError,
+    raise_for_error_code,
 )
 from aiokprod.protocol import (
     ApiVersionsRequest,
@@ -281,7 +282,7 @@ class BrokerConnection:
                 version = fallback
                 continue
             if response.error_code != 0:
-                raise _broker_error(response.error_code, f"{self._name}: ApiVersions")
+                raise_for_error_code(response.error_code, f"{self._name}: ApiVersions")
             self.broker_versions = {
                 k.api_key: (k.min_version, k.max_version) for k in response.api_keys
             }
@@ -527,13 +528,6 @@ class BrokerConnection:
         state = "connected" if self.connected else f"closed ({self._closed_cause})"
         return (f"<BrokerConnection node={self.node_id} {self.host}:{self.port} {state} "
                 f"in_flight={len(self._pending)} sent={self.requests_sent}>")
-
-
-def _broker_error(code: int, context: str) -> KafkaError:
-    from aiokprod.errors import error_for_code
-
-    cls = error_for_code(code)
-    return cls(f"{context}: {cls.message}")
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

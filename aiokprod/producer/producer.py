@@ -179,13 +179,7 @@ class Producer:
         Suspends only to wait for the topic's metadata or for buffer memory, each at most
         ``max_block_ms``. Cancelling it while it waits leaves nothing queued.
         """
-        acc = self._acc
-        sender = self._sender
-        if acc is None or sender is None or self._closed:
-            raise self._not_sending_error()
-        fatal = sender.fatal_error
-        if fatal is not None:
-            raise KafkaError(f"producer is in a fatal state: {fatal}") from fatal
+        acc, _sender = self._sending_parts()
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers = self._on_send(
                 topic, value, key, partition, timestamp_ms, headers)
@@ -193,18 +187,14 @@ class Producer:
         if self._key_serializer is None and (key is None or type(key) is bytes):
             key_bytes: bytes | None = key
         else:
-            key_bytes = self._serialize_key(topic, key)
+            key_bytes = self._serialize(topic, key, self._key_serializer, "key")
         if self._value_serializer is None and (value is None or type(value) is bytes):
             value_bytes: bytes | None = value
         else:
-            value_bytes = self._serialize_value(topic, value)
+            value_bytes = self._serialize(topic, value, self._value_serializer, "value")
         if headers is not None:
             headers = _check_headers(headers)
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
-            raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), "
-                             f"got {timestamp_ms!r}")
+        timestamp_ms = self._checked_timestamp(timestamp_ms)
         size = (0 if key_bytes is None else len(key_bytes)) + \
             (0 if value_bytes is None else len(value_bytes))
         if headers or size > self._max_record_fast:
@@ -292,12 +282,9 @@ class Producer:
         wait fails part-way, the records already queued are still delivered and the error says
         how many were.
         """
-        acc, sender, pool = self._acc, self._sender, self._pool
-        if acc is None or sender is None or pool is None or self._closed:
-            raise self._not_sending_error()
-        if sender.fatal_error is not None:
-            raise KafkaError(f"producer is in a fatal state: {sender.fatal_error}") \
-                from sender.fatal_error
+        acc, _sender = self._sending_parts()
+        pool = self._pool
+        assert pool is not None  # set with the accumulator
         if self._interceptors:
             raise ValueError("send_many() does not run interceptors; use send() per record "
                              "with interceptors configured")
@@ -307,10 +294,7 @@ class Producer:
         if ks is not None and len(ks) != n:
             raise ValueError(f"send_many got {len(ks)} keys for {n} values")
         record_headers = None if headers is None else _check_headers(headers)
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
-            raise ValueError(f"timestamp_ms must be a non-negative int, got {timestamp_ms!r}")
+        timestamp_ms = self._checked_timestamp(timestamp_ms)
         self._check_bulk_sizes(vals, ks, record_headers)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SendManyResult] = loop.create_future()
@@ -476,35 +460,40 @@ class Producer:
         if sender is not None:
             sender.wakeup()
 
-    def _serialize_key(self, topic: str, key: Any) -> bytes | None:
-        serializer = self._key_serializer
+    @staticmethod
+    def _serialize(topic: str, obj: Any, serializer: Any, what: str) -> bytes | None:
+        """A key or value (``what``) as bytes: through its serializer if one is configured."""
         if serializer is not None:
             try:
-                key = serializer(key)
-            except Exception as exc:
-                raise SerializationError(f"key_serializer failed for topic {topic!r}: {exc!r}"
-                                         ) from exc
-        if key is None or type(key) is bytes:
-            return key
-        if isinstance(key, _BYTES_LIKE):
-            return bytes(key)
-        raise TypeError(f"key must be bytes or None (got {type(key).__name__}); "
-                        f"configure key_serializer to send other types")
-
-    def _serialize_value(self, topic: str, value: Any) -> bytes | None:
-        serializer = self._value_serializer
-        if serializer is not None:
-            try:
-                value = serializer(value)
+                obj = serializer(obj)
             except Exception as exc:
                 raise SerializationError(
-                    f"value_serializer failed for topic {topic!r}: {exc!r}") from exc
-        if value is None or type(value) is bytes:
-            return value
-        if isinstance(value, _BYTES_LIKE):
-            return bytes(value)
-        raise TypeError(f"value must be bytes or None (got {type(value).__name__}); "
-                        f"configure value_serializer to send other types")
+                    f"{what}_serializer failed for topic {topic!r}: {exc!r}") from exc
+        if obj is None or type(obj) is bytes:
+            return obj
+        if isinstance(obj, _BYTES_LIKE):
+            return bytes(obj)
+        raise TypeError(f"{what} must be bytes or None (got {type(obj).__name__}); "
+                        f"configure {what}_serializer to send other types")
+
+    def _sending_parts(self) -> tuple[RecordAccumulator, Sender]:
+        """The accumulator and sender, or the error that says why nothing can be sent now."""
+        acc, sender = self._acc, self._sender
+        if acc is None or sender is None or self._closed:
+            raise self._not_sending_error()
+        fatal = sender.fatal_error
+        if fatal is not None:
+            raise KafkaError(f"producer is in a fatal state: {fatal}") from fatal
+        return acc, sender
+
+    @staticmethod
+    def _checked_timestamp(timestamp_ms: int | None) -> int:
+        if timestamp_ms is None:
+            return int(time.time() * 1000)
+        if not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), "
+                             f"got {timestamp_ms!r}")
+        return timestamp_ms
 
     def _on_send(self, topic: str, value: Any, key: Any, partition: int | None,
                  timestamp_ms: int | None, headers: Headers | None) -> tuple[Any, ...]:
