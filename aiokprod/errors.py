@@ -1692,3 +1692,14 @@ __all__ += [
     "VoterNotFoundError",
 ]
 # --- END GENERATED BROKER ERRORS ---
+
+
+class IllegalTopicNameError(InvalidTopicError, ValueError):
+    """A topic name the broker would refuse, caught before anything is queued.
+
+    The client-side twin of INVALID_TOPIC_EXCEPTION (Java's ``Topic.validate``): it is also a
+    ``ValueError`` because the caller passed bad input.
+    """
+
+
+__all__ += ["IllegalTopicNameError"]

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +126,8 @@ class Cluster:
         self._failures = 0
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        # set by fail(): the producer is fatal and waiters must stop waiting
+        self._fatal_error: BaseException | None = None
         self._bootstrap_cursor = 0
         # called after a connection opens/closes or metadata changes: the sender re-checks
         self.on_change: list[Callable[[], None]] = []
@@ -135,11 +137,23 @@ class Cluster:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
+              | None = None) -> None:
+        """Start the metadata task; ``spawn`` (the producer's supervisor) owns it if given."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._refresh_loop(), name=f"aiokprod-metadata[{self.client_id}]")
+            name = f"aiokprod-metadata[{self.client_id}]"
+            if spawn is None:
+                self._task = asyncio.get_running_loop().create_task(self._refresh_loop(),
+                                                                    name=name)
+            else:
+                self._task = spawn(self._refresh_loop(), name)
             self._update_requested.set()
+
+    def fail(self, error: BaseException) -> None:
+        """The producer turned fatal: every metadata waiter raises ``error`` from now on."""
+        if self._fatal_error is None:
+            self._fatal_error = error
+        self._signal_waiters()
 
     async def close(self) -> None:
         """Stop refreshing and close every connection; pending requests fail with the cause."""
@@ -147,8 +161,8 @@ class Cluster:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # wait without re-raising: a crash of the task was reported by its supervisor
+            await asyncio.wait({task})
         for link in self._links.values():
             if link.connecting is not None:
                 link.connecting.cancel()
@@ -187,6 +201,8 @@ class Cluster:
             meta = self.view.topics.get(topic)
             if meta is not None and meta.partition_ids:
                 return meta
+            if self._fatal_error is not None:
+                raise self._fatal_error
             if self._closed:
                 raise KafkaConnectionError(
                     f"[client {self.client_id}] closed while waiting for metadata of {topic!r}")
@@ -200,6 +216,12 @@ class Cluster:
             self.request_update()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._updated.wait(), remaining)
+
+    async def wait_for_update(self, timeout_ms: float) -> None:
+        """Wait until metadata changes or a refresh fails, at most ``timeout_ms``."""
+        event = self._updated
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), max(0.0, timeout_ms) / 1000)
 
     def _missing_topic_message(self, topic: str, timeout_ms: float) -> str:
         code = self.view.topic_errors.get(topic)

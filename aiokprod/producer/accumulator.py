@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from aiokprod.errors import BufferExhaustedError, KafkaTimeoutError
+from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import ClusterView
 from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
 from aiokprod.records import (
@@ -194,25 +194,23 @@ class RecordAccumulator:
         buffer: bytearray,
         size: int,
     ) -> asyncio.Future[RecordMetadata]:
-        """Append after waiting for memory; if another batch opened meanwhile, use it instead."""
+        """Append after waiting for ``size`` bytes of memory (``allocation_size``).
+
+        The memory waited for opens a new batch, which it always suffices for, so a send that
+        waited never fails for memory afterwards. Only if the open batch can take the record
+        within what it is already charged (another send made room meanwhile) does the record
+        go there, and the memory goes back to the pool. See docs/memory.md.
+        """
         queue = self._queue(topic, partition)
         future: asyncio.Future[RecordMetadata] = self._loop.create_future()
         last = queue.batches[-1] if queue.batches else None
-        if last is not None and last.sealed is None and not last.builder.full:
-            if len(last.deliveries) >= last.covered_slots:
-                # the memory waited for pays for more of the open batch's bookkeeping
-                last.buffer_size += size
-                last.covered_slots += size // RECORD_BOOKKEEPING_BYTES * DELIVERY_STRIDE
-                size = 0
-            if last.try_append(timestamp, key, value, headers, future):
-                self._queued_records += 1
-                if size:
-                    self._pool.deallocate(b"", size)
-                if last.builder.full:
-                    self._wakeup()
-                return future
-            if not size:  # it was full after all: the memory now belongs to the open batch
-                return self._new_batch_waiting(queue, timestamp, key, value, headers, future)
+        if last is not None and len(last.deliveries) < last.covered_slots and \
+                last.try_append(timestamp, key, value, headers, future):
+            self._queued_records += 1
+            self._pool.deallocate(b"", size)
+            if last.builder.full:
+                self._wakeup()
+            return future
         self._new_batch(queue, buffer, size, timestamp, key, value, headers, future)
         return future
 
@@ -303,21 +301,6 @@ class RecordAccumulator:
         """Memory a new batch opened by send_many takes: its bytes only (a bulk run keeps one
         small tuple per batch, not per record)."""
         return self.allocation_size(key, value, headers) - self._block_bytes
-
-    def _new_batch_waiting(self, queue: _PartitionQueue, timestamp: int, key: bytes | None,
-                           value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
-                           | None, future: asyncio.Future[RecordMetadata]
-                           ) -> asyncio.Future[RecordMetadata]:
-        """Rare: memory was waited for to extend a batch that filled meanwhile. Open a new
-        batch only if the pool has room now; otherwise fail the send as out of memory."""
-        size = self.allocation_size(key, value, headers)
-        buffer = self._pool.try_allocate(size)
-        if buffer is None:
-            raise BufferExhaustedError(
-                f"buffer memory for a new batch of {size} bytes was taken while this send "
-                f"waited (buffer.memory={self._pool.total_memory})")
-        self._new_batch(queue, buffer, size, timestamp, key, value, headers, future)
-        return future
 
     def _new_batch(
         self,

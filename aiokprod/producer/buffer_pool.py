@@ -102,6 +102,7 @@ class BufferPool:
         *,
         clock: Callable[[], float] = time.monotonic,
         metrics: ProducerMetrics | None = None,
+        on_wait: Callable[[], None] | None = None,
     ) -> None:
         if total_memory < 0 or poolable_size < 0:
             raise ValueError(
@@ -121,6 +122,9 @@ class BufferPool:
         # Sum of accumulated bytes over queued waiters.
         self._accumulated = 0
         self._closed = False
+        # called when an allocation starts to wait: the sender must look again, since a
+        # waiter makes batches sendable now (Java's RecordAccumulator "exhausted" rule)
+        self._on_wait = on_wait
         self._allocations_blocked = 0
         self._exhausted = 0
         self._wait_ns = 0
@@ -220,6 +224,8 @@ class BufferPool:
         waiter = _Waiter(size, loop.create_future())
         self._waiters.append(waiter)
         self._allocations_blocked += 1
+        if self._on_wait is not None:
+            self._on_wait()
         # If nobody was ahead, start accumulating what is free right now.
         self._serve_waiters()
         timer = loop.call_later(max_block_ms / 1000.0, self._expire, waiter, max_block_ms)

@@ -18,14 +18,17 @@ from typing import Any
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod.config import ProducerConfig
 from aiokprod.errors import (
+    ConfigError,
     IllegalStateError,
     KafkaError,
+    KafkaTimeoutError,
     ProducerClosedError,
     RecordTooLargeError,
     SerializationError,
 )
 from aiokprod.metrics import ProducerMetrics
 from aiokprod.network.cluster import Cluster
+from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.accumulator import RecordAccumulator, estimate_record_size
 from aiokprod.producer.batch import RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
@@ -33,6 +36,8 @@ from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.partitioner import BuiltinPartitioner
 from aiokprod.producer.sender import Sender
+from aiokprod.producer.supervisor import Supervisor
+from aiokprod.producer.validation import check_header_key, check_timestamp_ms, validate_topic
 from aiokprod.records import CompressionRatioEstimator, CompressionType
 
 __all__ = ["Producer"]
@@ -51,8 +56,18 @@ class Producer:
         if bootstrap_servers is not None:
             config["bootstrap_servers"] = bootstrap_servers
         self._config = ProducerConfig(**config)
+        if self._config.transactional_id is not None:
+            # accepting it without transactions would silently give up zombie fencing
+            raise ConfigError(
+                f"Invalid value {self._config.transactional_id!r} for configuration "
+                f"transactional.id (transactional_id): transactions are not supported yet; "
+                f"leave it unset")
         self._started = False
         self._closed = False
+        # the loop start() ran on: the only loop send() may be called from
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown_task: asyncio.Task[None] | None = None
+        self._supervisor: Supervisor | None = None
         self._cluster: Cluster | None = None
         self._sender: Sender | None = None
         self._acc: RecordAccumulator | None = None
@@ -81,6 +96,8 @@ class Producer:
             raise ProducerClosedError("cannot start a closed producer")
         cfg = self._config
         clock = time.monotonic
+        self._loop = asyncio.get_running_loop()
+        self._supervisor = Supervisor(cfg.client_id, self._turn_fatal)
         self._metrics = ProducerMetrics.for_config(cfg, clock=clock)
         self._cluster = Cluster(
             cfg.bootstrap_servers, client_id=cfg.client_id,
@@ -91,7 +108,7 @@ class Producer:
             retry_backoff_ms=cfg.retry_backoff_ms, metadata_max_age_ms=cfg.metadata_max_age_ms,
             clock=clock)
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size, clock=clock,
-                                metrics=self._metrics)
+                                metrics=self._metrics, on_wait=self._wakeup)
         self._compression = CompressionType.from_name(cfg.compression_type)
         self._estimator = CompressionRatioEstimator()
         retry_backoff = ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms)
@@ -117,8 +134,10 @@ class Producer:
             max_request_size=cfg.max_request_size,
             transaction_timeout_ms=cfg.transaction_timeout_ms, client_id=cfg.client_id,
             on_ack=self._on_acknowledgement if cfg.interceptors else None,
-            metrics=self._metrics, clock=clock)
+            metrics=self._metrics, clock=clock, spawn=self._supervisor.spawn)
         self._partitioner = BuiltinPartitioner.from_config(cfg)
+        if cfg.partitioner_availability_timeout_ms > 0:
+            self._sender.set_node_ready_hook(self._partitioner.update_node_latency_stats)
         self._acc.on_queue_sizes = self._partitioner.update_queue_sizes
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
@@ -128,7 +147,7 @@ class Producer:
         # below this, key + value alone cannot make a record too large (the estimate adds at
         # most the per-record overhead): the hot path skips the full estimate
         self._max_record_fast = self._max_record - 64
-        self._cluster.start()
+        self._cluster.start(self._supervisor.spawn)
         self._sender.start()
         self._started = True
         if getattr(cfg, "idempotence_disabled_reason", None):
@@ -140,20 +159,31 @@ class Producer:
 
         Records not delivered by then fail with ``ProducerClosedError``. Shielded: cancelling
         the caller does not abandon the shutdown half-way (it still completes in the
-        background). Calling it again is harmless.
+        background), and a later ``close()`` waits for that same shutdown. It never raises
+        what a background task died of (that error already failed the records it concerned).
+        Without a timeout it is still bounded: no batch outlives ``delivery_timeout_ms``.
         """
-        if self._closed:
-            return
         self._closed = True
         if not self._started:
             return
-        task = asyncio.ensure_future(self._shutdown(timeout))
-        await asyncio.shield(task)
+        if self._shutdown_task is None:
+            self._shutdown_task = asyncio.ensure_future(self._shutdown(timeout))
+        await asyncio.shield(self._shutdown_task)
 
     async def _shutdown(self, timeout: float | None) -> None:
-        assert self._sender is not None and self._cluster is not None
-        await self._sender.close(timeout)
-        await self._cluster.close()
+        sender, cluster, pool, supervisor = self._sender, self._cluster, self._pool, \
+            self._supervisor
+        assert sender is not None and cluster is not None and pool is not None
+        assert supervisor is not None
+        try:
+            await sender.close(timeout)
+        finally:
+            try:
+                # sends still waiting for memory or metadata fail with ProducerClosedError
+                pool.close()
+                await cluster.close()
+            finally:
+                await supervisor.stop(timeout=1.0)
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -183,6 +213,11 @@ class Producer:
         if self._interceptors:
             topic, value, key, partition, timestamp_ms, headers = self._on_send(
                 topic, value, key, partition, timestamp_ms, headers)
+        cluster = self._cluster
+        assert cluster is not None
+        meta = cluster.view.topics.get(topic)
+        if meta is None:
+            validate_topic(topic)  # known topics were validated on their first send
         # the common case (bytes or None, no serializer) costs no call
         if self._key_serializer is None and (key is None or type(key) is bytes):
             key_bytes: bytes | None = key
@@ -204,21 +239,19 @@ class Producer:
                 f"The message is {size} bytes when serialized which is larger than "
                 f"{self._max_record}, the smaller of max.request.size="
                 f"{self._config.max_request_size} and buffer.memory={self._config.buffer_memory}")
-        cluster = self._cluster
-        assert cluster is not None
         start = 0.0
-        meta = cluster.view.topics.get(topic)
         if meta is None or not meta.partition_ids:
             start = time.monotonic()
-            meta = await cluster.wait_for_topic(topic, self._max_block)
+            meta = await self._wait_for_topic(topic)
         if partition is None:
             partition = self._partitioner.place(topic, key_bytes, value_bytes,
                                                 meta.partition_ids, meta.available_partitions,
                                                 size)
-        elif partition not in meta.partitions:
-            raise ValueError(f"partition {partition} of topic {topic!r} does not exist: it has "
-                             f"partitions 0..{len(meta.partition_ids) - 1}")
         else:
+            if partition not in meta.partitions:
+                if not start:
+                    start = time.monotonic()
+                meta = await self._wait_for_partition(topic, partition, start)
             self._partitioner.on_append(topic, partition, size)
         future = acc.try_append(topic, partition, timestamp_ms, key_bytes, value_bytes, headers)
         if future is None:
@@ -235,10 +268,13 @@ class Producer:
         assert acc is not None and pool is not None
         size = acc.allocation_size(key, value, headers)
         remaining = max(0.0, self._max_block - (time.monotonic() - start) * 1000)
-        buffer = await pool.allocate(size, remaining)
-        if self._closed:
+        try:
+            buffer = await pool.allocate(size, remaining)
+        except IllegalStateError as exc:  # the pool closed under us: closing or fatal
+            raise self._stopped_error("memory") from exc
+        if self._closed or self._sender is None or self._sender.fatal_error is not None:
             pool.deallocate(buffer, size)
-            raise ProducerClosedError("producer closed while this send waited for memory")
+            raise self._stopped_error("memory")
         return acc.append_with_buffer(topic, partition, timestamp_ms, key, value, headers,
                                       buffer, size)
 
@@ -285,6 +321,10 @@ class Producer:
         acc, _sender = self._sending_parts()
         pool = self._pool
         assert pool is not None  # set with the accumulator
+        cluster = self._cluster
+        assert cluster is not None
+        if topic not in cluster.view.topics:
+            validate_topic(topic)
         if self._interceptors:
             raise ValueError("send_many() does not run interceptors; use send() per record "
                              "with interceptors configured")
@@ -303,19 +343,16 @@ class Producer:
                                                           timestamp_ms, None)))
             return future
         start = time.monotonic()
-        cluster = self._cluster
-        assert cluster is not None
         meta = cluster.view.topics.get(topic)
         if meta is None or not meta.partition_ids:
-            meta = await cluster.wait_for_topic(topic, self._max_block)
+            meta = await self._wait_for_topic(topic)
         # runs of consecutive records bound for one partition; None = ask the sticky partitioner
         runs: list[tuple[int | None, int, int]]
         order: list[int] | None = None
         ordered_vals, ordered_keys = vals, ks
         if partition is not None:
             if partition not in meta.partitions:
-                raise ValueError(f"partition {partition} of topic {topic!r} does not exist: it "
-                                 f"has partitions 0..{len(meta.partition_ids) - 1}")
+                meta = await self._wait_for_partition(topic, partition, start)
             runs = [(partition, 0, n)]
         elif ks is None or (self._config.partitioner_ignore_keys and \
                 self._config.partitioner is None):
@@ -355,11 +392,13 @@ class Producer:
                         buffer = pool.try_allocate(size)
                         if buffer is None:
                             remaining = self._max_block - (time.monotonic() - start) * 1000
-                            buffer = await pool.allocate(size, max(0.0, remaining))
-                            if self._closed:
+                            try:
+                                buffer = await pool.allocate(size, max(0.0, remaining))
+                            except IllegalStateError as exc:
+                                raise self._stopped_error("memory") from exc
+                            if self._closed or _sender.fatal_error is not None:
                                 pool.deallocate(buffer, size)
-                                raise ProducerClosedError(
-                                    "producer closed while send_many waited for memory")
+                                raise self._stopped_error("memory")
                         taken, added = acc.append_many_with_buffer(
                             topic, p, timestamp_ms, ordered_vals, ordered_keys, hdrs, i,
                             run_stop, bulk, buffer, size)
@@ -425,8 +464,6 @@ class Producer:
             if waits:
                 _, not_done = await asyncio.wait(waits, timeout=timeout)
                 if not_done:
-                    from aiokprod.errors import KafkaTimeoutError
-
                     raise KafkaTimeoutError(
                         f"flush(timeout={timeout}) expired with {len(not_done)} batch(es) "
                         f"undelivered")
@@ -437,7 +474,8 @@ class Producer:
         """Partition ids of ``topic``, waiting for its metadata up to ``max_block_ms``."""
         if self._cluster is None or self._closed:
             raise self._not_sending_error()
-        meta = await self._cluster.wait_for_topic(topic, self._max_block)
+        validate_topic(topic)
+        meta = await self._wait_for_topic(topic)
         return list(meta.partition_ids)
 
     def metrics(self) -> dict[str, float]:
@@ -448,6 +486,74 @@ class Producer:
         return self._metrics.registry.snapshot_flat()
 
     # ---- helpers ---------------------------------------------------------------------------
+
+    async def _wait_for_topic(self, topic: str) -> TopicMetadata:
+        """The topic's metadata within what is left of max.block.ms; a close or a fatal error
+        during the wait ends it with ``ProducerClosedError`` or the fatal cause."""
+        cluster = self._cluster
+        assert cluster is not None
+        try:
+            # the first wait of any call, so all of max.block.ms is left (and the timeout
+            # message names the configured value)
+            meta = await cluster.wait_for_topic(topic, self._max_block)
+        except KafkaError as exc:
+            if self._closed or (self._sender is not None and self._sender.fatal_error):
+                raise self._stopped_error("metadata") from exc
+            raise
+        if self._closed:
+            raise self._stopped_error("metadata")
+        return meta
+
+    async def _wait_for_partition(self, topic: str, partition: int, start: float
+                                  ) -> TopicMetadata:
+        """Java waits for a partition it does not know yet (one added to the topic): refresh
+        and wait within max.block.ms rather than fail on possibly stale metadata."""
+        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+            raise ValueError(f"partition must be a non-negative int, got {partition!r}")
+        cluster = self._cluster
+        assert cluster is not None
+        while True:
+            meta = cluster.view.topics.get(topic)
+            if meta is not None and partition in meta.partitions:
+                return meta
+            elapsed_ms = (time.monotonic() - start) * 1000
+            if elapsed_ms >= self._max_block:
+                count = 0 if meta is None else len(meta.partition_ids)
+                raise KafkaTimeoutError(
+                    f"Partition {partition} of topic {topic!r} with partition count {count} "
+                    f"is not present in metadata after max.block.ms={self._max_block}: "
+                    f"partition {partition} does not exist (yet)")
+            cluster.request_update()
+            await self._metadata_changed(min(self._max_block - elapsed_ms,
+                                             self._config.retry_backoff_ms * 2))
+
+    async def _metadata_changed(self, timeout_ms: float) -> None:
+        cluster = self._cluster
+        assert cluster is not None
+        await cluster.wait_for_update(timeout_ms)
+        if self._closed or (self._sender is not None and self._sender.fatal_error):
+            raise self._stopped_error("metadata")
+
+    def _stopped_error(self, what: str) -> KafkaError:
+        """Why a send that waited for ``what`` cannot go on: closed, or fatal."""
+        sender = self._sender
+        fatal = sender.fatal_error if sender is not None else None
+        if fatal is not None:
+            error = KafkaError(f"producer is in a fatal state: {fatal}")
+            error.__cause__ = fatal
+            return error
+        return ProducerClosedError(f"producer closed while this send waited for {what}")
+
+    def _turn_fatal(self, crash: BaseException, task_name: str) -> None:
+        """The supervisor saw a background task crash: fail everything with that cause."""
+        error = KafkaError(f"background task {task_name} crashed: {crash!r}")
+        error.__cause__ = crash
+        if self._sender is not None:
+            self._sender.fail_everything(error)
+        if self._pool is not None:
+            self._pool.close()
+        if self._cluster is not None:
+            self._cluster.fail(error)
 
     def _not_sending_error(self) -> KafkaError:
         if self._closed:
@@ -481,6 +587,16 @@ class Producer:
         acc, sender = self._acc, self._sender
         if acc is None or sender is None or self._closed:
             raise self._not_sending_error()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not self._loop:
+            # the producer's state is not thread-safe and lives on one loop: refuse before
+            # anything is queued, so a caller who retries elsewhere creates no duplicate
+            raise RuntimeError(
+                "this Producer belongs to another event loop (the one start() ran on); a "
+                "producer cannot be shared across event loops or threads: create one per loop")
         fatal = sender.fatal_error
         if fatal is not None:
             raise KafkaError(f"producer is in a fatal state: {fatal}") from fatal
@@ -490,10 +606,7 @@ class Producer:
     def _checked_timestamp(timestamp_ms: int | None) -> int:
         if timestamp_ms is None:
             return int(time.time() * 1000)
-        if not isinstance(timestamp_ms, int) or timestamp_ms < 0:
-            raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), "
-                             f"got {timestamp_ms!r}")
-        return timestamp_ms
+        return check_timestamp_ms(timestamp_ms)
 
     def _on_send(self, topic: str, value: Any, key: Any, partition: int | None,
                  timestamp_ms: int | None, headers: Headers | None) -> tuple[Any, ...]:
@@ -535,6 +648,7 @@ def _check_headers(headers: Headers) -> list[tuple[str, bytes | None]]:
         hkey, hvalue = item
         if not isinstance(hkey, str):
             raise TypeError(f"header key must be str, got {type(hkey).__name__}: {hkey!r}")
+        check_header_key(hkey)
         if hvalue is not None and not isinstance(hvalue, _BYTES_LIKE):
             raise TypeError(f"header {hkey!r} value must be bytes or None, "
                             f"got {type(hvalue).__name__}")

@@ -14,10 +14,9 @@ or per batch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +83,10 @@ class _Waker:
                 timer.cancel()
 
 
+def _plain_spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(coro, name=name)
+
+
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -119,8 +122,15 @@ class Sender:
         on_ack: Callable[[RecordMetadata | None, BaseException | None], None] | None = None,
         metrics: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]] | None = None,
+        on_node_ready: Callable[[int, int, bool], None] | None = None,
     ) -> None:
         self._cluster = cluster
+        # starts background tasks: the producer's supervisor, so that a crash turns it fatal
+        self._spawn = spawn or _plain_spawn
+        # (node, now in ms, could drain): feeds partitioner.availability.timeout.ms, which
+        # leaves out partitions whose leader has had data ready but could not take it
+        self._on_node_ready = on_node_ready
         self._acc = accumulator
         self._idem = idempotence
         self._acks = acks
@@ -158,11 +168,14 @@ class Sender:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name=f"aiokprod-sender[{self._client}]")
+            self._task = self._spawn(self._run(), f"aiokprod-sender[{self._client}]")
 
     def wakeup(self) -> None:
         self._waker.wake()
+
+    def set_node_ready_hook(self, hook: Callable[[int, int, bool], None]) -> None:
+        """Report, per ready node and wake-up, whether it could take data (KIP-794)."""
+        self._on_node_ready = hook
 
     async def close(self, timeout: float | None) -> None:
         """Deliver everything queued, within ``timeout`` seconds; then fail what is left.
@@ -174,26 +187,30 @@ class Sender:
         self._acc.close()
         self.wakeup()
         task = self._task
-        if task is None:
-            self._abort_everything(ProducerClosedError("producer closed before it started"))
-            return
-        finished = False
-        if timeout is None or timeout > 0:
-            done, _ = await asyncio.wait({task}, timeout=timeout)
-            finished = bool(done)
-        if not finished:
-            self._abort_everything(ProducerClosedError(
-                f"producer closed with timeout={timeout}s before these records were delivered"))
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        else:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._init_task is not None:
-            self._init_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._init_task
+        try:
+            if task is not None and not task.done() and (timeout is None or timeout > 0):
+                # a crash of the task ends this wait too; the supervisor reports it
+                await asyncio.wait({task}, timeout=timeout)
+        finally:
+            # whatever happened (timeout, crash, our caller's cancellation), nothing may stay
+            # pending: fail what is left and stop the tasks, each step bounded
+            if task is None or not task.done():
+                why = ("before it started" if task is None
+                       else f"with timeout={timeout}s before these records were delivered")
+                self._abort_everything(ProducerClosedError(f"producer closed {why}"))
+            elif self.fatal_error is None and task.cancelled():
+                self._abort_everything(ProducerClosedError("producer closed"))
+            for t in (task, self._init_task):
+                if t is not None and not t.done():
+                    t.cancel()
+                    await asyncio.wait({t}, timeout=1.0)
+
+    def fail_everything(self, error: BaseException) -> None:
+        """The producer turned fatal: refuse new sends and fail every record it holds."""
+        if self.fatal_error is None:
+            self.fatal_error = error
+        self._abort_everything(error)
+        self.wakeup()
 
     def _abort_everything(self, error: BaseException) -> None:
         for batch in self._acc.abort_queued():
@@ -206,19 +223,13 @@ class Sender:
     # ---- the loop --------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        try:
-            while True:
-                if self._closing and not self._acc.has_incomplete() and not self._in_flight:
-                    return
-                delay = self._run_once(self._clock())
-                await self._waker.sleep(delay)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # a bug here must not leave sends hanging forever
-            log.exception("[client %s] sender crashed", self._client)
-            self.fatal_error = exc
-            self._abort_everything(KafkaError(f"sender task crashed: {exc!r}"))
-            raise
+        # no catch-all here: an unexpected exception ends the task and the supervisor turns the
+        # producer fatal, failing every record with that cause (see supervisor.py)
+        while True:
+            if self._closing and not self._acc.has_incomplete() and not self._in_flight:
+                return
+            delay = self._run_once(self._clock())
+            await self._waker.sleep(delay)
 
     def _run_once(self, now: float) -> float:
         acc = self._acc
@@ -241,15 +252,22 @@ class Sender:
         delay = min(ready.next_ready_delay, acc.next_expiry_delay(now),
                     self._next_in_flight_expiry(now))
         nodes: list[int] = []
+        on_node_ready = self._on_node_ready
         for node in ready.ready_nodes:
             conn = cluster.ready_connection(node)
             if conn is None:
                 wait = cluster.connection_delay(node)
                 if wait > 0:
                     delay = min(delay, wait)
+                if on_node_ready is not None:
+                    on_node_ready(node, int(now * 1000), False)
                 continue  # on_change wakes us when it connects
             if self._in_flight_requests.get(node, 0) >= self._max_in_flight:
+                if on_node_ready is not None:
+                    on_node_ready(node, int(now * 1000), False)
                 continue  # a response wakes us
+            if on_node_ready is not None:
+                on_node_ready(node, int(now * 1000), True)
             nodes.append(node)
         if not nodes:
             return delay
@@ -272,8 +290,8 @@ class Sender:
 
     def _ensure_producer_id(self) -> None:
         if self._init_task is None or self._init_task.done():
-            self._init_task = asyncio.get_running_loop().create_task(
-                self._init_producer_id(), name=f"aiokprod-init-pid[{self._client}]")
+            self._init_task = self._spawn(self._init_producer_id(),
+                                          f"aiokprod-init-pid[{self._client}]")
 
     async def _init_producer_id(self) -> None:
         """InitProducerId, trying versions until one works (Tansu rejects v0), with backoff.
@@ -448,7 +466,14 @@ class Sender:
                     found = by_tp.pop((topic.name, p.index), None)
                     if found is None:
                         continue  # the broker answered for something we did not send
-                    self._handle_partition(found, topic, p, endpoints, now)
+                    try:
+                        self._handle_partition(found, topic, p, endpoints, now)
+                    except Exception as exc:  # one bad partition must not strand the others
+                        log.exception("[client %s] %s-%d: handling the Produce response failed",
+                                      self._client, found.topic, found.partition)
+                        self._fail(found, KafkaError(
+                            f"{found.topic}-{found.partition}: internal error while handling "
+                            f"the broker's answer: {exc!r}"))
             for batch in by_tp.values():
                 self._handle_error(batch, _NETWORK_EXCEPTION, KafkaConnectionError(
                     f"node {node} answered Produce without {batch.topic}-{batch.partition}"), now)

@@ -19,7 +19,12 @@ import pytest
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod.devbroker import TansuBroker
-from aiokprod.errors import ConfigError, IllegalStateError, ProducerClosedError
+from aiokprod.errors import (
+    ConfigError,
+    IllegalStateError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+)
 from support.reader import read_back
 
 Headers = Sequence[tuple[str, bytes | None]] | None
@@ -243,11 +248,14 @@ async def test_explicit_partition_and_out_of_range_partition(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
     topic = new_topic(partitions=2)
-    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0) as producer:
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0,
+                        max_block_ms=500) as producer:
         metas = [await producer.send_and_wait(topic, b"p", key=b"same-key", partition=p)
                  for p in (1, 0, 1)]
         assert [m.partition for m in metas] == [1, 0, 1]
-        with pytest.raises(ValueError, match=f"partition 2 of topic '{topic}' does not exist"):
+        # as in Java, a partition not (yet) in the metadata is waited for up to max.block.ms
+        with pytest.raises(KafkaTimeoutError,
+                           match=f"Partition 2 of topic '{topic}' with partition count 2"):
             await producer.send(topic, b"nope", partition=2)
         assert producer._acc is not None and not producer._acc.has_queued()
 

@@ -1,0 +1,328 @@
+"""Hardening: what real callers do to a producer, against the shared Tansu broker.
+
+Each test here reproduces a way the producer used to break (bad input killing a background
+task, a non-robust ``close()``, use from another event loop, settings accepted and ignored,
+waits that were not woken) and checks the behaviour a user of a Kafka client expects instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from aiokprod import Producer
+from aiokprod.devbroker import TansuBroker
+from aiokprod.errors import (
+    BufferExhaustedError,
+    ConfigError,
+    InvalidTopicError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+)
+from support.reader import read_back
+
+# -- bad input is refused at the boundary and kills nothing ---------------------------------
+
+
+@pytest.mark.parametrize("timestamp", [2**63, 2**64, -2])
+async def test_an_out_of_range_timestamp_is_refused_and_the_producer_keeps_working(
+    tansu: TansuBroker, new_topic: Callable[..., str], timestamp: int
+) -> None:
+    topic = new_topic()
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1)
+    await producer.start()
+    try:
+        with pytest.raises(ValueError, match="timestamp_ms"):
+            await producer.send(topic, b"bad", timestamp_ms=timestamp)
+        with pytest.raises(ValueError, match="timestamp_ms"):
+            await producer.send_many(topic, [b"bad"], timestamp_ms=timestamp)
+        md = await producer.send_and_wait(topic, b"good", timestamp_ms=2**63 - 1)
+        assert md.offset >= 0
+    finally:
+        await producer.close(timeout=10)  # must not raise (it used to: struct.error)
+    records = read_back(tansu.bootstrap, topic, expected=1)
+    assert [r.value for r in records] == [b"good"]
+
+
+@pytest.mark.parametrize("name, why", [
+    ("", "empty"),
+    (".", r'cannot be "\." or "\.\."'),
+    ("..", r'cannot be "\." or "\.\."'),
+    ("a" * 250, "249"),
+    ("has space", "a character other than ASCII"),
+    ("bad\udcff", "a character other than ASCII"),
+    ("caf\u00e9", "a character other than ASCII"),
+])
+async def test_an_illegal_topic_name_is_refused_at_once_and_later_topics_still_resolve(
+    tansu: TansuBroker, new_topic: Callable[..., str], name: str, why: str
+) -> None:
+    topic = new_topic()
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1,
+                        max_block_ms=5000) as producer:
+        started = time.monotonic()
+        with pytest.raises(InvalidTopicError, match=why):
+            await producer.send(name, b"v")
+        with pytest.raises(InvalidTopicError, match=why):
+            await producer.send_many(name, [b"v"])
+        with pytest.raises(InvalidTopicError):
+            await producer.partitions_for(name)
+        assert time.monotonic() - started < 1.0
+        md = await producer.send_and_wait(topic, b"after")
+        assert md.topic == topic
+
+
+async def test_a_header_key_that_cannot_be_encoded_is_refused_before_queueing(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic()
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1) as producer:
+        with pytest.raises(ValueError, match="header"):
+            await producer.send(topic, b"v", headers=[("k\udcff", b"x")])
+        assert (await producer.send_and_wait(topic, b"ok")).offset >= 0
+
+
+# -- one supervisor: a crash in background work turns the producer fatal, loudly ------------
+
+
+async def test_an_unexpected_sender_error_fails_pending_records_and_close_still_cleans_up(
+    tansu: TansuBroker, new_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = new_topic()
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=50)
+    await producer.start()
+    await producer.send_and_wait(topic, b"first")
+    acc = producer._acc
+    assert acc is not None
+
+    def broken_drain(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("bug in drain")
+
+    monkeypatch.setattr(acc, "drain", broken_drain)
+    future = await producer.send(topic, b"second")
+    with pytest.raises(KafkaError, match="bug in drain"):
+        await asyncio.wait_for(future, 5)
+    with pytest.raises(KafkaError, match="fatal"):
+        await producer.send(topic, b"third")
+    await producer.close(timeout=5)  # must not re-raise the sender's error
+    cluster = producer._cluster
+    assert cluster is not None and cluster.statistics().connections == 0
+    leftover = [t for t in asyncio.all_tasks() if t.get_name().startswith("aiokprod-")]
+    assert leftover == []
+
+
+async def test_an_unexpected_metadata_task_error_turns_the_producer_fatal_not_deaf(
+    tansu: TansuBroker, new_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1,
+                        max_block_ms=20_000) as producer:
+        cluster = producer._cluster
+        assert cluster is not None
+
+        def broken_apply(response: Any) -> None:
+            raise RuntimeError("bug in metadata merge")
+
+        monkeypatch.setattr(cluster, "_apply_metadata", broken_apply)
+        started = time.monotonic()
+        with pytest.raises(KafkaError, match="bug in metadata merge"):
+            await producer.send(new_topic(), b"v")
+        assert time.monotonic() - started < 5  # not max_block_ms
+
+
+# -- close() ----------------------------------------------------------------------------------
+
+
+async def test_a_second_close_after_a_cancelled_first_waits_for_the_shutdown(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic()
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=200)
+    await producer.start()
+    futures = [await producer.send(topic, b"%d" % i) for i in range(50)]
+    first = asyncio.ensure_future(producer.close())
+    await asyncio.sleep(0)
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    await asyncio.wait_for(producer.close(), 10)
+    assert all(f.done() for f in futures)
+    assert [f.exception() for f in futures] == [None] * 50
+
+
+async def test_close_while_a_send_waits_for_metadata_fails_it_with_producer_closed(
+    tansu: TansuBroker, topic_name: str
+) -> None:
+    # a topic that never appears (auto-creation off on Tansu? it creates on demand, so use
+    # a partition that does not exist of a name nobody creates is not enough): an unreachable
+    # broker keeps metadata from ever arriving
+    producer = Producer(bootstrap_servers="127.0.0.1:1", max_block_ms=30_000)
+    await producer.start()
+    sends = [asyncio.ensure_future(producer.send(topic_name, b"v")) for _ in range(3)]
+    await asyncio.sleep(0.2)
+    started = time.monotonic()
+    await producer.close(timeout=5)
+    for s in sends:
+        with pytest.raises(ProducerClosedError):
+            await asyncio.wait_for(s, 2)
+    assert time.monotonic() - started < 5
+
+
+async def test_close_with_a_timeout_is_bounded_by_it_against_a_dead_cluster(
+    topic_name: str,
+) -> None:
+    producer = Producer(bootstrap_servers="127.0.0.1:1", max_block_ms=30_000,
+                        delivery_timeout_ms=60_000, request_timeout_ms=30_000)
+    await producer.start()
+    started = time.monotonic()
+    await producer.close(timeout=1)
+    assert time.monotonic() - started < 3
+
+
+# -- one event loop ---------------------------------------------------------------------------
+
+
+async def test_a_send_from_another_thread_is_refused_before_anything_is_queued(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic()
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1) as producer:
+        await producer.send_and_wait(topic, b"warm-up")
+        errors: list[BaseException] = []
+
+        def other_thread() -> None:
+            async def attempt() -> None:
+                await producer.send(topic, b"from-another-loop")
+            try:
+                asyncio.run(attempt())
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        await asyncio.to_thread(thread.join, 10)
+        assert len(errors) == 1
+        assert isinstance(errors[0], RuntimeError)
+        assert "event loop" in str(errors[0])
+        await producer.flush()
+        assert producer._acc is not None and producer._acc.statistics().incomplete_batches == 0
+    records = read_back(tansu.bootstrap, topic, expected=1, timeout=5)
+    assert [r.value for r in records] == [b"warm-up"]
+
+
+# -- settings accepted and ignored are refused until implemented -------------------------------
+
+
+def test_transactional_id_is_refused_until_transactions_exist() -> None:
+    # accepted and ignored, it silently gave up the zombie fencing a user asked for
+    with pytest.raises(ConfigError, match="transactional_id"):
+        Producer(bootstrap_servers="127.0.0.1:9092", transactional_id="orders-writer-1")
+    with pytest.raises(ConfigError, match="transactional.id"):
+        Producer.from_config({"bootstrap.servers": "127.0.0.1:9092",
+                              "transactional.id": "orders-writer-1"})
+
+
+# -- waits that nobody woke --------------------------------------------------------------------
+
+
+async def test_a_send_blocked_on_memory_wakes_the_sender_instead_of_waiting_out_linger(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    # each partition's batch is small and lingers 30 s; the pool holds three of them, so the
+    # fourth partition's send waits for memory. Someone waiting makes batches sendable now
+    # (Java's "exhausted" rule), but only if the sender, asleep until the linger ends since
+    # the application paused between sends, is woken to see it.
+    topic = new_topic(partitions=8)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=30_000,
+                        batch_size=16384, buffer_memory=4 * 16384 + 8192,
+                        max_block_ms=8_000) as producer:
+        await producer.partitions_for(topic)
+        started = time.monotonic()
+        futures = []
+        for i in range(12):
+            futures.append(await producer.send(topic, b"x" * 100, partition=i % 8))
+            await asyncio.sleep(0.02)  # an application doing other work between sends
+        assert time.monotonic() - started < 4
+        await producer.flush(timeout=10)
+        assert all(f.done() and f.exception() is None for f in futures)
+
+
+async def test_an_explicit_partition_beyond_the_cached_metadata_waits_max_block_ms(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=2)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1,
+                        max_block_ms=1500) as producer:
+        await producer.send_and_wait(topic, b"v", partition=1)
+        cluster = producer._cluster
+        assert cluster is not None
+        refreshes = cluster.statistics().metadata_refreshes
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match=r"(?i)partition 5.*max\.block\.ms=1500"):
+            await producer.send(topic, b"v", partition=5)
+        elapsed = time.monotonic() - started
+        assert 1.3 < elapsed < 4
+        assert cluster.statistics().metadata_refreshes > refreshes  # it asked again
+        with pytest.raises(ValueError):
+            await producer.send(topic, b"v", partition=-1)
+
+
+async def test_memory_a_send_waited_for_is_not_taken_by_another_batch(
+    tansu_factory: Callable[..., TansuBroker], topic_name: str
+) -> None:
+    broker = tansu_factory()
+    broker.create_topic(topic_name, 1)
+    errors: list[BaseException] = []
+    async with Producer(bootstrap_servers=broker.bootstrap, linger_ms=5, batch_size=16384,
+                        buffer_memory=3 * 16384 + 8192, max_block_ms=20_000,
+                        request_timeout_ms=20_000) as producer:
+
+        async def writer(n: int) -> list[asyncio.Future[Any]]:
+            out = []
+            for _i in range(n):
+                try:
+                    out.append(await producer.send(topic_name, b"y" * 1000))
+                except BufferExhaustedError as exc:
+                    errors.append(exc)
+            return out
+
+        results = await asyncio.gather(*(writer(150) for _ in range(4)))
+        await asyncio.gather(*(f for r in results for f in r))
+    assert errors == []
+
+
+# -- partitioner.availability.timeout.ms is honoured, not ignored ------------------------------
+
+
+async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_draw(
+    mock_cluster: Any, topic_name: str
+) -> None:
+    # 6 partitions over brokers 1-3; broker 1 answers after 1.5 s and takes one request at a
+    # time, so it has data ready it cannot take. With the availability timeout at 100 ms the
+    # unkeyed records go to the other leaders' partitions instead.
+    mock_cluster.create_topic(topic_name, 6)
+    for p in range(6):
+        mock_cluster.set_partition_leader(topic_name, p, 1 + p % 3)
+    async with Producer(bootstrap_servers=mock_cluster.bootstrap, linger_ms=0,
+                        batch_size=1024, enable_idempotence=False, acks=1,
+                        max_in_flight_requests_per_connection=1,
+                        partitioner_availability_timeout_ms=100) as producer:
+        await producer.partitions_for(topic_name)
+        mock_cluster.broker_set_rtt(1, 1500)
+        counts = [0] * 6
+        futures = []
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            futures.append(await producer.send(topic_name, b"z" * 200))
+            await asyncio.sleep(0.002)
+        mock_cluster.broker_set_rtt(1, 0)
+        for md in await asyncio.wait_for(asyncio.gather(*futures), 20):
+            counts[md.partition] += 1
+    slow = counts[0] + counts[3]
+    # measured: 1-4% with the timeout honoured, ~11% when it was ignored (queue sizes alone)
+    assert slow < 0.06 * sum(counts), counts
