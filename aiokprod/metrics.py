@@ -380,6 +380,17 @@ class MetricsRegistry:
     def remove(self, key: MetricKey) -> None:
         self._metrics.pop(key, None)
 
+    def remove_sensor(self, name: str) -> None:
+        """Forget a sensor (its metrics must be removed too, or they keep reading it)."""
+        self._sensors.pop(name, None)
+
+    def remove_tagged(self, group: str, tag: str, value: str) -> int:
+        """Remove every metric of ``group`` whose ``tag`` is ``value``; returns how many."""
+        doomed = [k for k in self._metrics if k.group == group and k.tag(tag) == value]
+        for key in doomed:
+            del self._metrics[key]
+        return len(doomed)
+
     def description(self, key: MetricKey) -> str:
         return self._metrics[key][0]
 
@@ -675,6 +686,17 @@ class ProducerMetrics:
             sensors = TopicSensors(self.registry, topic, self.client_id)
             self._topics[topic] = sensors
         return sensors
+
+    def forget_topic(self, topic: str) -> None:
+        """The topic expired from metadata (metadata.max.idle.ms): drop its series, as Java
+        removes a topic's sensors, so a producer that wrote to many topics does not grow."""
+        if self._topics.pop(topic, None) is None:
+            return
+        self.registry.remove_tagged(TOPIC_GROUP, "topic", topic)
+        prefix = f"topic.{topic}"
+        for suffix in ("records-per-batch", "bytes", "compression-rate", "record-retries",
+                       "record-errors"):
+            self.registry.remove_sensor(f"{prefix}.{suffix}")
 
     def node(self, node_id: int) -> NodeSensors:
         sensors = self._nodes.get(node_id)

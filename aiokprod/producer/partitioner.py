@@ -394,6 +394,10 @@ class BuiltinPartitioner:
         ids.extend(-1 for _ in range(len(entries) - length))
         self.update_partition_load_stats(topic, sizes, ids, length)
 
+    def forget_topic(self, topic: str) -> None:
+        """The topic expired from metadata: drop its sticky and load state."""
+        self._topics.pop(topic, None)
+
     def update_node_latency_stats(self, node_id: int, now_ms: float, can_drain: bool) -> None:
         """Java's ``updateNodeLatencyStats``: the sender reports each ready node, and whether it
         could drain data to it. Ignored when the availability timeout is off."""

@@ -289,3 +289,23 @@ def test_for_config_uses_window_settings_and_client_id() -> None:
     rate = metrics.registry.snapshot_flat()[f"{PRODUCER_GROUP}:batch-split-rate"]
     assert rate == pytest.approx(1 / 1.4)
     assert "client_id='me'" in repr(metrics)
+
+
+def test_forget_topic_drops_its_series_and_sensors_but_keeps_others() -> None:
+    metrics = ProducerMetrics.for_config(ProducerConfig(bootstrap_servers="h:1"),
+                                         clock=lambda: 1.0)
+    for topic in ("a", "b"):
+        metrics.record_batch_sent(topic, record_count=2, size_bytes=10, compression_ratio=1.0,
+                                  max_record_bytes=5, queue_time_ms=1.0, now=1.0)
+    names = metrics.registry.snapshot_flat()
+    assert any("topic=a" in k for k in names) and any("topic=b" in k for k in names)
+    metrics.forget_topic("a")
+    names = metrics.registry.snapshot_flat()
+    assert not any("topic=a" in k for k in names)
+    assert any("topic=b" in k for k in names)
+    metrics.forget_topic("a")  # twice is harmless
+    # the topic comes back as new if it is used again
+    metrics.on_records_failed("a", 1, now=2.0)
+    assert metrics.registry.snapshot_flat()[
+        next(k for k in metrics.registry.snapshot_flat()
+             if "record-error-total" in k and "topic=a" in k)] == 1

@@ -395,3 +395,12 @@ def test_place_is_partition_then_on_append() -> None:
     two_calls = run(combined=False)
     assert run(combined=True) == two_calls
     assert len(set(two_calls)) == 6  # it did switch, across every partition
+
+
+def test_forget_topic_drops_sticky_state() -> None:
+    part = BuiltinPartitioner(batch_size=1024, rng=random.Random(3))
+    part.partition(TOPIC, None, None, [0, 1, 2], [0, 1, 2])
+    assert TOPIC in part._topics
+    part.forget_topic(TOPIC)
+    assert TOPIC not in part._topics
+    assert part.partition(TOPIC, None, None, [0, 1, 2], [0, 1, 2]) in (0, 1, 2)
