@@ -11,19 +11,67 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from aiokprod.errors import KafkaError
+    from aiokprod.config import ProducerConfig
+    from aiokprod.errors import (
+        BrokerResponseError,
+        BufferExhaustedError,
+        ConfigError,
+        IllegalStateError,
+        IllegalTopicNameError,
+        KafkaConnectionError,
+        KafkaError,
+        KafkaTimeoutError,
+        ProducerClosedError,
+        RecordTooLargeError,
+        SerializationError,
+    )
     from aiokprod.producer.batch import RecordMetadata
-    from aiokprod.producer.producer import Producer
-
-__all__ = ["KafkaError", "Producer", "RecordMetadata", "__version__"]
+    from aiokprod.producer.bulk import SendManyResult
+    from aiokprod.producer.producer import Producer, ProducerHealth
 
 __version__ = "0.1.0"
 
+_ERRORS = (
+    "BrokerResponseError",
+    "BufferExhaustedError",
+    "ConfigError",
+    "IllegalStateError",
+    "IllegalTopicNameError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "ProducerClosedError",
+    "RecordTooLargeError",
+    "SerializationError",
+)
 _LAZY = {
-    "KafkaError": "aiokprod.errors",
+    **{name: "aiokprod.errors" for name in _ERRORS},
     "Producer": "aiokprod.producer.producer",
+    "ProducerHealth": "aiokprod.producer.producer",
+    "ProducerConfig": "aiokprod.config",
     "RecordMetadata": "aiokprod.producer.batch",
+    "SendManyResult": "aiokprod.producer.bulk",
 }
+
+__all__ = [
+    "BrokerResponseError",
+    "BufferExhaustedError",
+    "ConfigError",
+    "IllegalStateError",
+    "IllegalTopicNameError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerConfig",
+    "ProducerHealth",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "SendManyResult",
+    "SerializationError",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod.config import ProducerConfig
@@ -40,12 +40,19 @@ from aiokprod.producer.supervisor import Supervisor
 from aiokprod.producer.validation import check_header_key, check_timestamp_ms, validate_topic
 from aiokprod.records import CompressionRatioEstimator, CompressionType
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "ProducerHealth"]
 
 log = logging.getLogger(__name__)
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+class ProducerHealth(NamedTuple):
+    """``Producer.health()``: ``state`` is ``"ok"``, ``"degraded"`` or ``"fatal"``."""
+
+    state: str
+    reason: str | None
 
 
 class Producer:
@@ -477,6 +484,30 @@ class Producer:
         validate_topic(topic)
         meta = await self._wait_for_topic(topic)
         return list(meta.partition_ids)
+
+    def health(self) -> ProducerHealth:
+        """How the producer is doing, cheaply and without waiting (for health endpoints).
+
+        ``fatal``: it can send nothing more (the reason says why; create a new producer).
+        ``degraded``: it works but is held back — not started or closing, no broker
+        connection, or sends waiting for buffer memory. ``ok`` otherwise.
+        """
+        sender, cluster, pool = self._sender, self._cluster, self._pool
+        if sender is not None and sender.fatal_error is not None:
+            return ProducerHealth("fatal", f"{type(sender.fatal_error).__name__}: "
+                                           f"{sender.fatal_error}")
+        if self._closed:
+            return ProducerHealth("fatal", "the producer is closed")
+        if sender is None or cluster is None or pool is None:
+            return ProducerHealth("degraded", "the producer is not started")
+        stats = cluster.statistics()
+        if stats.connections == 0:
+            return ProducerHealth("degraded", "no connection to any broker"
+                                  + (" (connecting)" if stats.connecting else ""))
+        if pool.waiters:
+            return ProducerHealth("degraded", f"buffer memory exhausted: {pool.waiters} "
+                                              f"send(s) waiting for memory")
+        return ProducerHealth("ok", None)
 
     def metrics(self) -> dict[str, float]:
         """Java-named producer metrics, keyed ``group:name{tags}`` (e.g.

@@ -326,3 +326,37 @@ async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_dra
     slow = counts[0] + counts[3]
     # measured: 1-4% with the timeout honoured, ~11% when it was ignored (queue sizes alone)
     assert slow < 0.06 * sum(counts), counts
+
+
+# -- health -------------------------------------------------------------------------------------
+
+
+async def test_health_says_ok_degraded_and_fatal_with_the_reason(
+    tansu: TansuBroker, new_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1)
+    assert producer.health().state == "degraded"  # not started
+    await producer.start()
+    await producer.send_and_wait(new_topic(), b"v")
+    assert producer.health() == ("ok", None)
+    acc = producer._acc
+    assert acc is not None
+
+    def broken_drain(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("bug in drain")
+
+    monkeypatch.setattr(acc, "drain", broken_drain)
+    future = await producer.send(new_topic(), b"v")
+    with pytest.raises(KafkaError):
+        await asyncio.wait_for(future, 5)
+    health = producer.health()
+    assert health.state == "fatal" and health.reason is not None
+    assert "bug in drain" in health.reason
+    await producer.close(timeout=5)
+    dead = Producer(bootstrap_servers="127.0.0.1:1")
+    await dead.start()
+    try:
+        health = dead.health()
+        assert health.state == "degraded" and "no connection" in (health.reason or "")
+    finally:
+        await dead.close(timeout=1)
