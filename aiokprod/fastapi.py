@@ -1,0 +1,144 @@
+"""FastAPI integration (extra ``aiokprod[fastapi]``): one producer per app, errors as HTTP.
+
+Why this shape:
+
+* **One producer per app and event loop.** A producer owns background tasks on the loop that
+  started it, so it is created in the app's lifespan (which runs on uvicorn's loop), stored on
+  ``app.state.producer``, and handed to handlers by a dependency (``ProducerDep``).
+* **Shutdown is bounded.** uvicorn lets in-flight requests finish before it runs the lifespan's
+  shutdown; ``close(timeout=close_timeout)`` then flushes what is queued and fails whatever a
+  stalled broker would not take by the deadline, so a SIGTERM never hangs the pod.
+* **The loop never blocks.** ``send()`` suspends only to wait for metadata or memory, each
+  bounded by ``max_block_ms``; the acknowledgement is bounded by ``delivery_timeout_ms``.
+  A stalled broker therefore turns into 503s with ``Retry-After`` while the loop keeps serving
+  ``/healthz`` — unlike a client whose delivery callbacks run on a thread that the loop waits
+  for.
+
+Error mapping (``install_error_handlers``): ``BufferExhaustedError`` and ``KafkaTimeoutError``
+(and every other retriable ``KafkaError``, a closed or fatal producer included) → 503 with
+``Retry-After``; ``RecordTooLargeError`` → 413; ``SerializationError`` and
+``IllegalTopicNameError`` → 400; any other ``KafkaError`` → 502. See docs/fastapi.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from aiokprod.errors import (
+    IllegalTopicNameError,
+    KafkaError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SerializationError,
+)
+from aiokprod.producer.producer import Producer
+
+__all__ = [
+    "ProducerDep",
+    "get_producer",
+    "health_response",
+    "install_error_handlers",
+    "kafka_error_response",
+    "producer_lifespan",
+]
+
+log = logging.getLogger(__name__)
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
+
+
+def producer_lifespan(
+    *,
+    lifespan: Lifespan | None = None,
+    close_timeout: float = 10.0,
+    state_attribute: str = "producer",
+    **producer_config: Any,
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """A FastAPI lifespan that runs one started ``Producer`` for the app's lifetime.
+
+    ``producer_config`` goes to ``Producer(**producer_config)``. The producer is started and
+    stored on ``app.state.<state_attribute>`` *before* the app's own ``lifespan`` (if given)
+    enters, so that lifespan can use it (e.g. to register metrics), and it is closed *after*
+    that lifespan exits, with ``close(timeout=close_timeout)``: queued records are flushed,
+    and those not delivered within the bound fail instead of holding the shutdown.
+    """
+
+    @asynccontextmanager
+    async def run(app: FastAPI) -> AsyncIterator[None]:
+        producer = Producer(**producer_config)
+        await producer.start()
+        setattr(app.state, state_attribute, producer)
+        try:
+            if lifespan is None:
+                yield
+            else:
+                async with lifespan(app):
+                    yield
+        finally:
+            log.info("closing the app's producer (timeout %.1fs)", close_timeout)
+            await producer.close(timeout=close_timeout)
+
+    return run
+
+
+def get_producer(request: Request) -> Producer:
+    """The app's producer (a FastAPI dependency); set up by ``producer_lifespan``."""
+    producer = getattr(request.app.state, "producer", None)
+    if producer is None:
+        raise RuntimeError("no producer on app.state: create the app with "
+                           "FastAPI(lifespan=producer_lifespan(...))")
+    if not isinstance(producer, Producer):
+        # an instrumented wrapper (aiokprod.otel.instrument) duck-types the Producer API
+        return producer  # type: ignore[no-any-return]
+    return producer
+
+
+ProducerDep = Annotated[Producer, Depends(get_producer)]
+
+
+def kafka_error_response(exc: KafkaError, *, retry_after_s: int = 1) -> JSONResponse:
+    """The HTTP answer for a failed send (the mapping in the module docstring)."""
+    body = {"error": type(exc).__name__, "detail": str(exc)}
+    if isinstance(exc, RecordTooLargeError):
+        return JSONResponse(body, status_code=413)
+    if isinstance(exc, (SerializationError, IllegalTopicNameError)):
+        return JSONResponse(body, status_code=400)
+    # ProducerClosedError: closing or fatal; either way another instance may take the request
+    if exc.retriable or isinstance(exc, (ProducerClosedError, TimeoutError)):
+        return JSONResponse(body, status_code=503,
+                            headers={"Retry-After": str(retry_after_s)})
+    return JSONResponse(body, status_code=502)
+
+
+def install_error_handlers(app: FastAPI, *, retry_after_s: int = 1) -> None:
+    """Map ``KafkaError`` raised by handlers to HTTP responses (see ``kafka_error_response``)."""
+
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, KafkaError)
+        producer = getattr(request.app.state, "producer", None)
+        if producer is not None and not isinstance(exc, RecordTooLargeError):
+            health = producer.health()
+            if health.state == "fatal":  # say why, and never suggest a retry soon
+                return JSONResponse({"error": type(exc).__name__, "detail": str(exc),
+                                     "producer": health.reason}, status_code=503,
+                                    headers={"Retry-After": str(retry_after_s)})
+        return kafka_error_response(exc, retry_after_s=retry_after_s)
+
+    app.add_exception_handler(KafkaError, handle)
+
+
+def health_response(producer: Producer) -> JSONResponse:
+    """``{"state", "reason"}``: 200 for ok and degraded (still serving), 503 for fatal.
+
+    ``health()`` reads in-memory state only, so this answers in microseconds even when every
+    broker is stalled.
+    """
+    health = producer.health()
+    return JSONResponse({"state": health.state, "reason": health.reason},
+                        status_code=503 if health.state == "fatal" else 200)

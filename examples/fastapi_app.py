@@ -1,0 +1,94 @@
+"""A FastAPI app that produces each request body to Kafka (docs/fastapi.md).
+
+Run it with ``KAFKA_BOOTSTRAP_SERVERS=host:port uvicorn --app-dir examples fastapi_app:app``.
+
+* ``POST /events/{topic}`` sends the raw body as the value (key from the ``X-Key`` header) and
+  answers ``{"topic", "partition", "offset"}`` once the broker acknowledged it;
+* ``GET /healthz`` reports the producer's state (ok / degraded / fatal, with the reason);
+* ``GET /metrics`` serves the producer metrics in Prometheus text format, through
+  OpenTelemetry's Prometheus exporter (``aiokprod.otel.instrument_metrics``).
+
+Tuning comes from the environment so a deployment (or a test) can bound every wait:
+``AIOKPROD_LINGER_MS``, ``AIOKPROD_MAX_BLOCK_MS``, ``AIOKPROD_REQUEST_TIMEOUT_MS``,
+``AIOKPROD_DELIVERY_TIMEOUT_MS``, ``AIOKPROD_CLOSE_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Request
+from fastapi.responses import JSONResponse, Response
+
+from aiokprod.fastapi import (
+    ProducerDep,
+    health_response,
+    install_error_handlers,
+    producer_lifespan,
+)
+
+
+def _config_from_env() -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap_servers": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
+        "client_id": "fastapi-app",
+        "linger_ms": int(os.environ.get("AIOKPROD_LINGER_MS", "5")),
+    }
+    for env, name in (("AIOKPROD_MAX_BLOCK_MS", "max_block_ms"),
+                      ("AIOKPROD_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+                      ("AIOKPROD_DELIVERY_TIMEOUT_MS", "delivery_timeout_ms")):
+        if env in os.environ:
+            config[name] = int(os.environ[env])
+    return config
+
+
+@asynccontextmanager
+async def metrics_lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Runs inside producer_lifespan, so the producer is started: register its gauges."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from prometheus_client import CollectorRegistry
+
+    from aiokprod.otel import instrument_metrics
+
+    registry = CollectorRegistry()  # this app's own, not the process-global one
+    reader = PrometheusMetricReader(registry=registry)
+    provider = MeterProvider(metric_readers=[reader])
+    instrument_metrics(app.state.producer, meter_provider=provider)
+    app.state.prometheus_registry = registry
+    try:
+        yield
+    finally:
+        provider.shutdown()
+
+
+app = FastAPI(lifespan=producer_lifespan(
+    lifespan=metrics_lifespan,
+    close_timeout=float(os.environ.get("AIOKPROD_CLOSE_TIMEOUT_S", "10")),
+    **_config_from_env()))
+install_error_handlers(app)
+
+
+@app.post("/events/{topic}")
+async def post_event(topic: str, request: Request, producer: ProducerDep,
+                     x_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+    body = await request.body()
+    md = await producer.send_and_wait(topic, body,
+                                      key=None if x_key is None else x_key.encode())
+    return {"topic": md.topic, "partition": md.partition, "offset": md.offset}
+
+
+@app.get("/healthz")
+async def healthz(producer: ProducerDep) -> JSONResponse:
+    return health_response(producer)
+
+
+@app.get("/metrics")
+async def prometheus_metrics(request: Request) -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return Response(generate_latest(request.app.state.prometheus_registry),
+                    media_type=CONTENT_TYPE_LATEST)
