@@ -151,6 +151,22 @@ def test_load_5000_requests_every_record_once(loop: str, tansu, new_topic, tmp_p
     print(f"{loop}: {n} requests in {elapsed:.2f}s ({n / elapsed:.0f} req/s)")
 
 
+@pytest.mark.slow
+def test_load_20000_requests_concurrency_400(tansu, new_topic, tmp_path) -> None:
+    pytest.importorskip("uvloop")
+    topic = new_topic(partitions=6)
+    n = 20000
+    with uvicorn_app(tansu.bootstrap, loop="uvloop", log_path=tmp_path / "uvicorn.log") as (
+            url, _):
+        statuses, errors = asyncio.run(_load(url, topic, n, 400))
+    assert errors == []
+    assert len(statuses) == n
+    records = read_back(tansu.bootstrap, topic, expected=n, timeout=60, settle=0.5)
+    values = [r.value for r in records]
+    assert len(values) == n
+    assert set(values) == {f"r{i}".encode() for i in range(n)}
+
+
 def test_sigterm_during_load_flushes_accepted_requests(tansu, new_topic, tmp_path) -> None:
     topic = new_topic(partitions=3)
     log_path = tmp_path / "uvicorn.log"
