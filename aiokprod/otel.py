@@ -164,7 +164,8 @@ class TracedProducer:
             _record_error(span, exc)
             span.end()
             raise
-        future.add_done_callback(lambda f: _end_on_delivery(span, f))
+        if span.is_recording():  # a no-op tracer's span needs no ending
+            future.add_done_callback(lambda f: _end_on_delivery(span, f))
         return future
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,

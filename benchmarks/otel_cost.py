@@ -9,7 +9,8 @@ variant alike:
 * ``traced-sdk`` — ``instrument(producer)`` with the SDK, a BatchSpanProcessor and an exporter
   that drops spans (what tracing costs the producing process).
 
-CPU is ``time.process_time()`` over N sends plus the flush (so it includes the sender task and
+Rounds rotate the order of the variants. CPU is ``time.process_time()`` over N sends plus
+the flush (so it includes the sender task and
 the span ends), divided by N. Usage: ``python benchmarks/otel_cost.py [N] [ROUNDS]``.
 """
 
@@ -67,8 +68,10 @@ def main() -> None:
     results: dict[str, list[float]] = {v: [] for v in variants}
     with TansuBroker() as broker:
         broker.create_topic("otel-cost", partitions=3)
-        for _ in range(rounds):
-            for variant in variants:
+        for r in range(rounds):
+            # rotate the order each round: a variant's position (a warmer process, a longer
+            # log on the broker) must not pass for its cost
+            for variant in variants[r % 4:] + variants[:r % 4]:
                 if variant == "plain-again":
                     import aiokprod.otel  # noqa: F401 - the module loaded, nothing instrumented
                 results[variant].append(asyncio.run(_run(broker.bootstrap, "otel-cost", n,
