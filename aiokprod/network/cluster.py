@@ -1,13 +1,21 @@
 """The client's view of the cluster: connections per node and metadata kept fresh.
 
-``Cluster`` owns one ``BrokerConnection`` per node, reconnecting with exponential backoff
-(``reconnect_backoff_ms`` → ``reconnect_backoff_max_ms``), and one background task that refreshes
+``Cluster`` owns one ``BrokerConnection`` per node and one background task that refreshes
 metadata every ``metadata_max_age_ms`` or as soon as someone asks (a send to a new topic, a
 NOT_LEADER_OR_FOLLOWER answer, a lost connection), never more often than ``retry_backoff_ms``.
+The same task does the housekeeping: it closes connections to brokers that left the cluster and
+connections idle for ``connections_max_idle_ms``, and forgets topics nobody used for
+``metadata_max_idle_ms`` (telling ``on_topics_expired``).
 
-The sender asks synchronously, without suspending: ``ready_connection(node)`` returns a live
-connection or starts connecting in the background and tells the sender, via ``on_change``,
-when it is worth looking again.
+Connection attempts follow ``nodes.NodeConnectionStates``: exponential reconnect backoff, and a
+set-up bound (``socket_connection_setup_timeout_ms`` doubling per failed set-up up to
+``socket_connection_setup_timeout_max_ms``). Requests any broker can answer (Metadata,
+InitProducerId) go to ``nodes.least_loaded_node``'s choice through ``least_loaded_connection``,
+which never waits on one node alone and is bounded by its timeout. docs/network.md has the rules.
+
+The sender asks synchronously, without suspending: ``ready_connection(node)`` returns a live,
+writable connection or starts connecting in the background and tells the sender, via
+``on_change``, when it is worth looking again (connected, failed, or no longer write-paused).
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from aiokprod.errors import (
     KafkaTimeoutError,
     error_for_code,
 )
-from aiokprod.network.connection import BrokerConnection
+from aiokprod.network.connection import BrokerConnection, TransportConnector
 from aiokprod.network.metadata import (
     UNKNOWN_TOPIC_OR_PARTITION,
     BrokerNode,
@@ -36,6 +44,12 @@ from aiokprod.network.metadata import (
     TopicMetadata,
     TopicPartition,
     merge_metadata_response,
+)
+from aiokprod.network.nodes import (
+    Candidate,
+    NodeConnectionStates,
+    least_loaded_node,
+    should_dial_another,
 )
 from aiokprod.protocol import MetadataRequest
 
@@ -47,6 +61,8 @@ log = logging.getLogger(__name__)
 _FATAL_TOPIC_ERRORS = frozenset({17, 29})  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
 # Errors on a topic that a later refresh may clear: keep refreshing while someone waits.
 _WAIT_TOPIC_ERRORS = frozenset({UNKNOWN_TOPIC_OR_PARTITION, 5})  # ..., LEADER_NOT_AVAILABLE
+# How often housekeeping looks again at a link it could not close yet (requests in flight).
+_RECHECK_S = 1.0
 
 
 def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -68,20 +84,25 @@ class ClusterStatistics:
     metadata_refreshes: int
     metadata_failures: int
     metadata_age_s: float
+    # connections closed after connections.max.idle.ms with nothing in flight
+    idle_closed: int = 0
+    # links dropped because their broker was no longer in the metadata
+    departed_closed: int = 0
+    # topics forgotten after metadata.max.idle.ms without use
+    expired_topics: int = 0
+    # connection attempts that failed (refused, set-up timeout, handshake error)
+    failed_connects: int = 0
 
 
 class _NodeLink:
-    """Connection state of one node, including its reconnect backoff."""
+    """One node's address, connection and attempt under way (backoff lives in ``_states``)."""
 
-    __slots__ = ("address", "attempts", "connecting", "connection", "last_error",
-                 "next_attempt_at")
+    __slots__ = ("address", "connecting", "connection", "last_error")
 
     def __init__(self, address: tuple[str, int]) -> None:
         self.address = address  # where the node listens; a change forces a reconnect
         self.connection: BrokerConnection | None = None  # live connection, if any
         self.connecting: asyncio.Task[BrokerConnection] | None = None  # attempt under way
-        self.attempts = 0  # consecutive failed attempts: the backoff exponent
-        self.next_attempt_at = 0.0  # monotonic time before which we do not dial again
         self.last_error: BaseException | None = None  # why the last attempt failed
 
 
@@ -93,46 +114,78 @@ class Cluster:
         client_id: str = "aiokprod",
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
+        connect_timeout_max_ms: int = 30000,
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300000,
+        metadata_max_idle_ms: int = 300000,
+        connections_max_idle_ms: int = 540000,
+        send_buffer_bytes: int = 131072,
+        receive_buffer_bytes: int = 32768,
+        dial_stagger_ms: float = 250.0,
+        connector: TransportConnector | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
-        self.connect_timeout_ms = connect_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms  # socket.connection.setup.timeout.ms
         self.retry_backoff_ms = retry_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
+        self.metadata_max_idle_ms = metadata_max_idle_ms
+        self.connections_max_idle_ms = connections_max_idle_ms  # < 0: never close idle ones
+        self._socket_buffers = (send_buffer_bytes, receive_buffer_bytes)
+        # while every attempt under way is older than this, one more node may be dialled
+        self._dial_stagger = dial_stagger_ms / 1000
+        self._connector = connector
         self._clock = clock
-        self._reconnect_backoff = ExponentialBackoff(reconnect_backoff_ms,
-                                                     reconnect_backoff_max_ms)
+        self._states = NodeConnectionStates(
+            ExponentialBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms),
+            ExponentialBackoff(connect_timeout_ms, connect_timeout_max_ms))
         # the current snapshot; replaced whole on every change (a plain attribute: send() reads it
         # per record)
         self.view = ClusterView({}, {})
         self._links: dict[int, _NodeLink] = {}
-        # bootstrap servers act as nodes -1, -2, ... until metadata names the real ones
+        # bootstrap servers act as nodes -1, -2, ... until metadata names the real ones; they stay
+        # as the fallback when no known broker can be reached
         for i, addr in enumerate(self._bootstrap):
             self._links[-(i + 1)] = _NodeLink(addr)
-        self._topics: set[str] = set()
+        # topic -> when it was last used (add_topic / touch_topics): expiry after
+        # metadata_max_idle_ms
+        self._topics: dict[str, float] = {}
+        # topic -> sends waiting in wait_for_topic: only these justify fast refreshes of a
+        # topic the broker reports as missing
+        self._waiters: dict[str, int] = {}
         self._update_requested = asyncio.Event()
         # set (and replaced) whenever metadata changes or a refresh fails: waiters re-check
         self._updated = asyncio.Event()
+        # set (and replaced) whenever a link connects, fails, closes or resumes writing
+        self._links_changed = asyncio.Event()
         self._last_refresh = float("-inf")
         self._last_attempt = float("-inf")
         self._last_error: BaseException | None = None
         self._refreshes = 0
         self._failures = 0
+        self._idle_closed = 0
+        self._departed_closed = 0
+        self._expired_topics = 0
+        self._failed_connects = 0
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         # set by fail(): the producer is fatal and waiters must stop waiting
         self._fatal_error: BaseException | None = None
-        self._bootstrap_cursor = 0
-        # called after a connection opens/closes or metadata changes: the sender re-checks
+        # start offset of least_loaded_node's scan, advanced per call: ties rotate
+        self._rotation = 0
+        # called after a connection opens/closes/resumes or metadata changes: the sender looks
         self.on_change: list[Callable[[], None]] = []
-        # called with the topics whose partition leaders moved (KIP-1269 resets its window)
+        # called with the topics whose partition leaders moved (KIP-1269 resets its window),
+        # including topics re-created under the same name (a new topic id)
         self.on_leaders_moved: list[Callable[[list[str]], None]] = []
+        # called with the topics forgotten after metadata_max_idle_ms: prune per-topic state
+        self.on_topics_expired: list[Callable[[list[str]], None]] = []
+        # whether records of a topic are still queued: such a topic never expires
+        self.topic_in_use: Callable[[str], bool] = lambda topic: False
         self.on_connection_latency: Callable[[int, int, float], None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -154,6 +207,7 @@ class Cluster:
         if self._fatal_error is None:
             self._fatal_error = error
         self._signal_waiters()
+        self._signal_links()
 
     async def close(self) -> None:
         """Stop refreshing and close every connection; pending requests fail with the cause."""
@@ -172,6 +226,7 @@ class Cluster:
                 link.connection.close(KafkaConnectionError(
                     f"[client {self.client_id}] connection closed: client is closing"))
         self._signal_waiters()
+        self._signal_links()
 
     # ---- metadata --------------------------------------------------------------------------
 
@@ -179,9 +234,18 @@ class Cluster:
         return self.view.topics.get(name)
 
     def add_topic(self, topic: str) -> None:
-        if topic not in self._topics:
-            self._topics.add(topic)
+        """Track ``topic`` (refreshing soon if it is new); counts as a use of it."""
+        known = topic in self._topics
+        self._topics[topic] = self._clock()
+        if not known:
             self.request_update()
+
+    def touch_topics(self, topics: Iterable[str], now: float | None = None) -> None:
+        """Record a use of ``topics`` (the sender calls it per drained batch) so they do not
+        expire after metadata.max.idle.ms while records still flow to them."""
+        when = self._clock() if now is None else now
+        for topic in topics:
+            self._topics[topic] = when
 
     def request_update(self) -> None:
         """Ask for a refresh soon (respecting retry_backoff_ms); never blocks."""
@@ -191,11 +255,27 @@ class Cluster:
         return self._clock() - self._last_refresh
 
     async def wait_for_topic(self, topic: str, timeout_ms: float) -> TopicMetadata:
-        """Metadata for ``topic``, waiting at most ``timeout_ms`` (the caller's max.block.ms)."""
+        """Metadata for ``topic``, waiting at most ``timeout_ms`` (the caller's max.block.ms).
+
+        While it waits, the topic is refreshed as often as retry_backoff_ms allows; once it
+        stops waiting (cancelled included), a topic the broker reports missing is no longer
+        refreshed on its account.
+        """
         meta = self.view.topics.get(topic)
         if meta is not None and meta.partition_ids:
             return meta
         self.add_topic(topic)
+        self._waiters[topic] = self._waiters.get(topic, 0) + 1
+        try:
+            return await self._wait_for_topic(topic, timeout_ms)
+        finally:
+            left = self._waiters[topic] - 1
+            if left:
+                self._waiters[topic] = left
+            else:
+                del self._waiters[topic]
+
+    async def _wait_for_topic(self, topic: str, timeout_ms: float) -> TopicMetadata:
         deadline = self._clock() + timeout_ms / 1000
         while True:
             meta = self.view.topics.get(topic)
@@ -213,6 +293,7 @@ class Cluster:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 raise KafkaTimeoutError(self._missing_topic_message(topic, timeout_ms))
+            self._topics[topic] = self._clock()  # waiting is using it
             self.request_update()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._updated.wait(), remaining)
@@ -256,10 +337,13 @@ class Cluster:
 
     async def _refresh_loop(self) -> None:
         while not self._closed:
-            max_age = self.metadata_max_age_ms / 1000
-            wait = max(0.0, self._last_refresh + max_age - self._clock())
+            due = max(0.0, self._last_refresh + self.metadata_max_age_ms / 1000 - self._clock())
+            wait = min(due, self.housekeeping(self._clock()))
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._update_requested.wait(), wait)
+            if not self._update_requested.is_set() and \
+                    self._clock() < self._last_refresh + self.metadata_max_age_ms / 1000:
+                continue  # woke for housekeeping only
             # never hammer the cluster: at most one attempt per retry_backoff_ms
             since = self._clock() - self._last_attempt
             backoff = self.retry_backoff_ms / 1000
@@ -277,7 +361,8 @@ class Cluster:
                 self._signal_waiters()
 
     async def _refresh_once(self) -> None:
-        conn = await self.any_connection()
+        self._expire_topics(self._clock())
+        conn = await self.least_loaded_connection(self.request_timeout_ms)
         version = conn.version_for(MetadataRequest)
         topics = sorted(self._topics)
         if topics or version == 0:
@@ -292,21 +377,54 @@ class Cluster:
 
     def _apply_metadata(self, response: Any) -> None:
         view, moved = merge_metadata_response(self.view, response)
+        # a topic that expired while this request was in flight stays forgotten
+        gone = [t for t in view.topics if t not in self._topics]
+        if gone:
+            view = view.without_topics(gone)
         self.view = view
         for b in view.brokers.values():
             self._update_link_address(b)
         self._refreshes += 1
         self._last_refresh = self._clock()
         self._last_error = None
-        if any(code in _WAIT_TOPIC_ERRORS for code in view.topic_errors.values()):
-            self._update_requested.set()  # keep looking while someone waits for the topic
+        if any(code in _WAIT_TOPIC_ERRORS and topic in self._waiters
+               for topic, code in view.topic_errors.items()):
+            # keep looking while a send waits for the topic (not after it gave up)
+            self._update_requested.set()
         if moved:
             self._notify_leaders_moved(moved)
+        self.housekeeping(self._clock())
         self._notify_change()
         self._signal_waiters()
 
+    def _expire_topics(self, now: float) -> list[str]:
+        """Forget topics unused for metadata.max.idle.ms (Java's ``ProducerMetadata``)."""
+        limit = self.metadata_max_idle_ms / 1000
+        expired = [t for t, used in self._topics.items()
+                   if now - used >= limit and t not in self._waiters]
+        in_use = [t for t in expired if self.topic_in_use(t)]
+        for t in in_use:
+            self._topics[t] = now  # records still queued: it counts as used now
+        if in_use:
+            expired = [t for t in expired if t not in in_use]
+        if not expired:
+            return expired
+        for t in expired:
+            del self._topics[t]
+        self._expired_topics += len(expired)
+        self.view = self.view.without_topics(expired)
+        log.debug("[client %s] topics unused for metadata.max.idle.ms=%d forgotten: %s",
+                  self.client_id, self.metadata_max_idle_ms, expired)
+        for cb in self.on_topics_expired:
+            cb(expired)
+        return expired
+
     def _signal_waiters(self) -> None:
         event, self._updated = self._updated, asyncio.Event()
+        event.set()
+
+    def _signal_links(self) -> None:
+        event, self._links_changed = self._links_changed, asyncio.Event()
         event.set()
 
     def _notify_change(self) -> None:
@@ -316,6 +434,66 @@ class Cluster:
     def _notify_leaders_moved(self, topics: list[str]) -> None:
         for cb in self.on_leaders_moved:
             cb(topics)
+
+    # ---- housekeeping ----------------------------------------------------------------------
+
+    def housekeeping(self, now: float) -> float:
+        """Close departed and idle links, expire unused topics; seconds until the next due.
+
+        A link to a broker that left the cluster (absent from the latest metadata), or to a
+        bootstrap server once real brokers are known, is closed as soon as nothing is in flight
+        on it; any link idle for connections.max.idle.ms is closed too (Java's Selector does
+        the same). Bootstrap links keep their address as the fallback for later.
+        """
+        next_due = float("inf")
+        brokers = self.view.brokers
+        idle_limit = self.connections_max_idle_ms / 1000
+        for node_id in list(self._links):
+            link = self._links[node_id]
+            departed = bool(brokers) and node_id not in brokers
+            conn = link.connection
+            if departed:
+                if conn is not None and conn.connected and conn.busy:
+                    next_due = min(next_due, _RECHECK_S)
+                    continue
+                if conn is not None or link.connecting is not None:
+                    log.debug("[client %s] node %d (%s:%d) %s: closing its link",
+                              self.client_id, node_id, *link.address,
+                              "is a bootstrap server" if node_id < 0 else "left the cluster")
+                if link.connecting is not None:
+                    link.connecting.cancel()
+                    link.connecting = None
+                if conn is not None:
+                    link.connection = None
+                    conn.close(KafkaConnectionError(
+                        f"[client {self.client_id}] node {node_id} is no longer in the metadata"))
+                    self._departed_closed += 1
+                if node_id >= 0:
+                    del self._links[node_id]
+                    self._states.remove(node_id)
+                else:
+                    self._states.closed_idle(node_id)
+                continue
+            if conn is None or not conn.connected or idle_limit < 0:
+                continue
+            idle = conn.idle_for(now)
+            if idle >= idle_limit:
+                log.debug("[client %s] node %d idle for connections.max.idle.ms=%d: closing",
+                          self.client_id, node_id, self.connections_max_idle_ms)
+                link.connection = None
+                conn.close(KafkaConnectionError(
+                    f"[client {self.client_id}] node {node_id}: idle for "
+                    f"connections.max.idle.ms={self.connections_max_idle_ms}"))
+                self._states.closed_idle(node_id)
+                self._idle_closed += 1
+            else:
+                next_due = min(next_due, idle_limit - idle)
+        self._expire_topics(now)
+        topic_limit = self.metadata_max_idle_ms / 1000
+        for topic, used in self._topics.items():
+            if topic not in self._waiters:  # a waiter keeps its topic; it re-checks itself
+                next_due = min(next_due, used + topic_limit - now)
+        return max(next_due, 0.01)
 
     # ---- connections -----------------------------------------------------------------------
 
@@ -329,27 +507,30 @@ class Cluster:
                      *link.address, *address)
             link.address = address
             if link.connection is not None:
-                link.connection.close()
-                link.connection = None
+                conn, link.connection = link.connection, None
+                conn.close()
+                self._states.closed_idle(node.node_id)
 
     def ready_connection(self, node_id: int) -> BrokerConnection | None:
-        """A live connection to ``node_id`` now, or None (then connecting or backing off).
+        """A live, writable connection to ``node_id`` now, or None.
 
-        Never suspends: the sender calls it on every wake-up.
+        None while connecting, backing off, or write-paused (``on_change`` fires when any of
+        these ends). Never suspends: the sender calls it on every wake-up.
         """
         link = self._links.get(node_id)
         if link is None:
+            # a leader on a broker the latest metadata did not list (it was down, or left):
+            # only newer metadata can tell where to send, as for an unknown leader
+            self.request_update()
             return None
         conn = link.connection
         if conn is not None:
             if conn.connected:
-                return conn
-            self._on_disconnect(node_id, link, conn.closed_cause)
-        if link.connecting is None and self._clock() >= link.next_attempt_at and not self._closed:
-            task = asyncio.get_running_loop().create_task(
-                self._connect(node_id, link), name=f"aiokprod-connect[{node_id}]")
-            task.add_done_callback(_retrieve_exception)
-            link.connecting = task
+                return conn if conn.writable else None
+            self._on_disconnect(node_id, link, conn)
+        if link.connecting is None and not self._closed and \
+                self._states.can_connect(node_id, self._clock()):
+            self._start_connect(node_id, link)
         return None
 
     def connection_delay(self, node_id: int) -> float:
@@ -357,88 +538,218 @@ class Cluster:
         link = self._links.get(node_id)
         if link is None or link.connection is not None or link.connecting is not None:
             return 0.0
-        return max(0.0, link.next_attempt_at - self._clock())
+        return self._states.delay(node_id, self._clock())
 
     def is_connecting(self, node_id: int) -> bool:
         link = self._links.get(node_id)
         return link is not None and link.connecting is not None
 
-    async def connection(self, node_id: int) -> BrokerConnection:
-        """A connection to ``node_id``, connecting if needed (honours the reconnect backoff)."""
-        link = self._links.get(node_id)
-        if link is None:
-            raise KafkaConnectionError(f"[client {self.client_id}] unknown node {node_id}")
+    async def connection(self, node_id: int, timeout_ms: float | None = None) -> BrokerConnection:
+        """A connection to ``node_id``, connecting if needed, within ``timeout_ms``
+        (request.timeout.ms by default); honours the reconnect backoff between attempts.
+
+        Raises ``KafkaConnectionError`` with the last failure when the time is up.
+        """
+        timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = self._clock() + timeout / 1000
         while True:
+            self._check_usable()
+            link = self._links.get(node_id)
+            if link is None:
+                raise KafkaConnectionError(f"[client {self.client_id}] unknown node {node_id}")
             conn = self.ready_connection(node_id)
             if conn is not None:
                 return conn
-            if link.connecting is not None:
-                try:
-                    return await asyncio.shield(link.connecting)
-                except KafkaError:
-                    if self._closed:
-                        raise
-                    continue
-            if self._closed:
-                raise KafkaConnectionError(f"[client {self.client_id}] client is closed")
-            await asyncio.sleep(self.connection_delay(node_id))
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise KafkaConnectionError(
+                    f"[client {self.client_id}] node {node_id} ({link.address[0]}:"
+                    f"{link.address[1]}) not connected within {round(timeout)} ms: "
+                    f"{link.last_error or 'still connecting'}")
+            wait = remaining
+            if link.connecting is None and link.connection is None:
+                wait = min(wait, max(self.connection_delay(node_id), 0.001))
+            await self._wait_links_changed(wait)
 
     async def any_connection(self) -> BrokerConnection:
-        """The least loaded live connection, else the next node in rotation (leastLoadedNode)."""
-        live = [link.connection for link in self._links.values()
-                if link.connection is not None and link.connection.connected]
-        if live:
-            return min(live, key=lambda c: c.in_flight)
-        candidates = [n for n in self._links if n >= 0] or list(self._links)
-        # rotate so one dead bootstrap server does not block the others
-        order = candidates[self._bootstrap_cursor % len(candidates):] + \
-            candidates[:self._bootstrap_cursor % len(candidates)]
-        self._bootstrap_cursor += 1
-        ready = [n for n in order if self.connection_delay(n) == 0] or order
-        return await self.connection(ready[0])
+        """``least_loaded_connection`` bounded by request.timeout.ms (Metadata, InitProducerId)."""
+        return await self.least_loaded_connection(self.request_timeout_ms)
 
-    async def _connect(self, node_id: int, link: _NodeLink) -> BrokerConnection:
+    async def least_loaded_connection(self, timeout_ms: float) -> BrokerConnection:
+        """A ready connection to the least loaded node, within ``timeout_ms``.
+
+        Candidates are the known brokers, or the bootstrap servers while none is known or none
+        can be reached. Each pass takes ``least_loaded_node``'s choice: a ready connection is
+        returned; a node whose backoff elapsed is dialled; while only set-ups are under way and
+        each is older than the stagger, one more node is dialled beside them. A node that
+        refuses or hangs is therefore never waited on alone; each set-up is bounded by its own
+        timeout. Raises ``KafkaConnectionError`` naming every node's last error when
+        ``timeout_ms`` runs out. Cancellation leaves attempts under way running (they finish or
+        time out by themselves and serve the next caller).
+        """
+        deadline = self._clock() + timeout_ms / 1000
+        offset = self._rotation
+        self._rotation += 1
+        while True:
+            self._check_usable()
+            now = self._clock()
+            candidates = self._candidates(now)
+            choice = least_loaded_node(candidates, offset)
+            if choice is not None and choice.ready:
+                conn = self._links[choice.node_id].connection
+                assert conn is not None  # ready implies a live connection
+                return conn
+            dial: Candidate | None = None
+            if choice is not None and choice.can_connect:
+                dial = choice
+            elif should_dial_another(candidates, now, self._dial_stagger):
+                dial = min((c for c in candidates if c.can_connect),
+                           key=lambda c: c.last_attempt_at)
+            if dial is not None:
+                self._start_connect(dial.node_id, self._links[dial.node_id])
+                continue
+            remaining = deadline - now
+            if remaining <= 0:
+                raise KafkaConnectionError(self._no_connection_message(timeout_ms, candidates))
+            # besides a link event, wake when the stagger of the newest attempt ends or when a
+            # backoff elapses: either may allow a new dial
+            wakeups = [remaining]
+            connecting = [c.last_attempt_at for c in candidates if c.connecting]
+            if connecting:
+                stagger_left = max(connecting) + self._dial_stagger - now
+                if stagger_left > 0:
+                    wakeups.append(stagger_left)
+            for c in candidates:
+                if not (c.ready or c.connecting or c.can_connect):
+                    delay = self._states.delay(c.node_id, now)
+                    if delay > 0:
+                        wakeups.append(delay)
+            await self._wait_links_changed(min(wakeups))
+
+    def _candidates(self, now: float) -> list[Candidate]:
+        """Known brokers; the bootstrap servers when none is known or none is usable."""
+        brokers = [n for n in self._links if n >= 0 and n in self.view.brokers]
+        found = [self._candidate(n, now) for n in brokers]
+        if found and any(c.ready or c.connecting or c.can_connect for c in found):
+            return found
+        return found + [self._candidate(n, now) for n in self._links if n < 0]
+
+    def _candidate(self, node_id: int, now: float) -> Candidate:
+        link = self._links[node_id]
+        conn = link.connection
+        if conn is not None and not conn.connected:
+            self._on_disconnect(node_id, link, conn)
+            conn = None
+        ready = conn is not None and conn.writable
+        return Candidate(
+            node_id=node_id,
+            ready=ready,
+            in_flight=conn.in_flight if conn is not None else 0,
+            connecting=link.connecting is not None,
+            can_connect=conn is None and link.connecting is None
+            and self._states.can_connect(node_id, now),
+            last_attempt_at=self._states.last_attempt_at(node_id),
+        )
+
+    def _no_connection_message(self, timeout_ms: float, candidates: list[Candidate]) -> str:
+        tried = "; ".join(
+            f"node {c.node_id} ({self._links[c.node_id].address[0]}:"
+            f"{self._links[c.node_id].address[1]}): "
+            f"{self._links[c.node_id].last_error or ('connecting' if c.connecting else 'idle')}"
+            for c in candidates)
+        return (f"[client {self.client_id}] no broker connection within {round(timeout_ms)} ms "
+                f"(request.timeout.ms); {tried}")
+
+    def _check_usable(self) -> None:
+        if self._fatal_error is not None:
+            raise self._fatal_error
+        if self._closed:
+            raise KafkaConnectionError(f"[client {self.client_id}] client is closed")
+
+    async def _wait_links_changed(self, timeout: float) -> None:
+        event = self._links_changed
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), max(0.0, timeout))
+
+    def _start_connect(self, node_id: int, link: _NodeLink) -> None:
+        setup_ms = self._states.connecting(node_id, self._clock())
+        task = asyncio.get_running_loop().create_task(
+            self._connect(node_id, link, setup_ms), name=f"aiokprod-connect[{node_id}]")
+        task.add_done_callback(_retrieve_exception)
+        link.connecting = task
+
+    async def _connect(self, node_id: int, link: _NodeLink, setup_ms: float) -> BrokerConnection:
         host, port = link.address
         try:
             conn = await BrokerConnection.open(
                 host, port, node_id=node_id, client_id=self.client_id,
-                request_timeout_ms=self.request_timeout_ms,
-                connect_timeout_ms=self.connect_timeout_ms, clock=self._clock)
+                request_timeout_ms=self.request_timeout_ms, connect_timeout_ms=setup_ms,
+                send_buffer_bytes=self._socket_buffers[0],
+                receive_buffer_bytes=self._socket_buffers[1],
+                connector=self._connector, clock=self._clock)
         except BaseException as exc:
-            link.connecting = None
+            if link.connecting is asyncio.current_task():
+                link.connecting = None
             link.last_error = exc
-            link.next_attempt_at = self._clock() + \
-                self._reconnect_backoff.backoff_ms(link.attempts) / 1000
-            link.attempts += 1
-            log.debug("[client %s] node %d (%s:%d): connect failed (attempt %d): %s",
-                      self.client_id, node_id, host, port, link.attempts, exc)
+            if self._links.get(node_id) is link:  # not dropped meanwhile (broker left)
+                self._states.disconnected(node_id, self._clock())
             if not isinstance(exc, asyncio.CancelledError):
+                self._failed_connects += 1
+                log.debug("[client %s] node %d (%s:%d): connect failed (attempt %d): %s",
+                          self.client_id, node_id, host, port,
+                          self._states.failed_attempts(node_id), exc)
                 self.request_update()
                 self._notify_change()
+            self._signal_links()
             raise
         link.connecting = None
+        if self._closed or self._links.get(node_id) is not link:
+            conn.close(KafkaConnectionError(
+                f"[client {self.client_id}] node {node_id}: link dropped while connecting"))
+            raise KafkaConnectionError(f"[client {self.client_id}] node {node_id} link dropped")
         link.connection = conn
-        link.attempts = 0
         link.last_error = None
+        self._states.ready(node_id)
         if self.on_connection_latency is not None:
             hook = self.on_connection_latency
             conn.on_latency = lambda api, secs: hook(node_id, api, secs)
+        conn.on_writable = self._on_writable
+        conn.on_close = lambda: self._on_connection_closed(node_id, link, conn)
         log.debug("[client %s] connected to node %d (%s:%d)", self.client_id, node_id, host, port)
         self._notify_change()
+        self._signal_links()
         return conn
 
-    def _on_disconnect(self, node_id: int, link: _NodeLink, cause: BaseException | None) -> None:
+    def _on_writable(self) -> None:
+        self._notify_change()
+        self._signal_links()
+
+    def _on_connection_closed(self, node_id: int, link: _NodeLink,
+                              conn: BrokerConnection) -> None:
+        if link.connection is conn:  # not one we closed on purpose (those are unlinked first)
+            self._on_disconnect(node_id, link, conn)
+            self._notify_change()
+        self._signal_links()
+
+    def _on_disconnect(self, node_id: int, link: _NodeLink, conn: BrokerConnection) -> None:
         link.connection = None
-        link.last_error = cause
-        link.next_attempt_at = self._clock() + \
-            self._reconnect_backoff.backoff_ms(link.attempts) / 1000
-        link.attempts += 1
-        log.debug("[client %s] node %d disconnected: %s", self.client_id, node_id, cause)
+        link.last_error = conn.closed_cause
+        self._states.disconnected(node_id, self._clock())
+        log.debug("[client %s] node %d disconnected: %s", self.client_id, node_id,
+                  conn.closed_cause)
         self.request_update()  # a lost broker often means leaders moved
 
     def node_error(self, node_id: int) -> BaseException | None:
         link = self._links.get(node_id)
         return None if link is None else link.last_error
+
+    def links(self) -> dict[int, tuple[str, int]]:
+        """node id -> address of every link (bootstrap servers are negative): for tests."""
+        return {n: link.address for n, link in self._links.items()}
+
+    def tracked_topics(self) -> dict[str, float]:
+        """topic -> when it was last used; what the next Metadata request asks for."""
+        return dict(self._topics)
 
     # ---- introspection ---------------------------------------------------------------------
 
@@ -452,6 +763,10 @@ class Cluster:
             metadata_refreshes=self._refreshes,
             metadata_failures=self._failures,
             metadata_age_s=self.metadata_age(),
+            idle_closed=self._idle_closed,
+            departed_closed=self._departed_closed,
+            expired_topics=self._expired_topics,
+            failed_connects=self._failed_connects,
         )
 
     def __repr__(self) -> str:

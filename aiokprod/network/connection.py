@@ -12,16 +12,27 @@ Invariants (tests assert them through ``statistics()``):
 - one ``TimerHandle`` per connection watches the earliest request deadline; when a request
   outlives ``request_timeout_ms`` the connection is closed (as the Java client's NetworkClient
   does: a broker that does not answer one request cannot be trusted with the ones behind it).
+
+Back-pressure: asyncio's transport buffers whatever is written and calls ``pause_writing`` when
+the buffer passes its high-water mark. A request sent without expecting an answer (Produce with
+acks=0) is done only when its bytes are no longer piling up: at once if the buffer stayed under
+the high-water mark, else when the transport calls ``resume_writing`` (buffer drained below the
+low-water mark). Until then its future stays pending — so the producer's pool memory is not
+released while the bytes still sit in our process — and it is bounded by ``request_timeout_ms``
+like any request (Java's NetworkClient completes an acks=0 send only once the socket took it).
+``writable`` is False while paused; the cluster stops handing the connection to the sender and
+``on_writable`` tells it when to look again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, cast
 
@@ -46,6 +57,8 @@ __all__ = [
     "ConnectionStatistics",
     "KafkaRequest",
     "KafkaResponse",
+    "TransportConnector",
+    "tcp_connect",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,6 +136,10 @@ class ConnectionStatistics:
     bytes_received: int
     timeouts: int
     write_paused: bool
+    # bytes written but still in the transport's buffer (not yet taken by the kernel)
+    write_buffer_bytes: int = 0
+    # requests sent expecting no answer whose bytes have not left the buffer yet
+    unflushed: int = 0
 
 
 class _WireProtocol(asyncio.Protocol):
@@ -166,10 +183,44 @@ class _WireProtocol(asyncio.Protocol):
         self._conn._write_paused = True
 
     def resume_writing(self) -> None:
-        self._conn._write_paused = False
-        waiter = self._conn._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._conn._on_resume_writing()
+
+
+#: Opens a transport to (host, port) whose protocol comes from the factory, with the socket's
+#: send and receive buffer sizes (-1: the OS default). Tests pass a scripted one (no sockets).
+TransportConnector = Callable[[str, int, Callable[[], asyncio.Protocol], int, int],
+                              Awaitable[None]]
+
+
+async def tcp_connect(host: str, port: int, protocol_factory: Callable[[], asyncio.Protocol],
+                      send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1) -> None:
+    """Connect over TCP, trying each resolved address in turn (``use_all_dns_ips``).
+
+    The buffer sizes are set before connecting, as the Java client does: the receive buffer
+    decides the TCP window scale, which is fixed during the handshake.
+    """
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    last: OSError | None = None
+    for family, type_, proto, _, address in infos:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            if send_buffer_bytes >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
+            if receive_buffer_bytes >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        await loop.create_connection(protocol_factory, sock=sock)
+        return
+    raise last if last is not None else OSError(f"no address found for {host}:{port}")
 
 
 class BrokerConnection:
@@ -213,6 +264,16 @@ class BrokerConnection:
         self._timer_deadline = float("inf")
         self._write_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
+        # requests sent expecting no answer, written while the transport was paused: (deadline,
+        # future); resolved when it resumes, failed with the connection, bounded by the timer
+        self._unflushed: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        # when a request was last written or an answer last read: idle connections are closed
+        # after connections.max.idle.ms (the cluster asks ``idle_for``)
+        self.last_activity = clock()
+        # called when a paused transport takes data again: the sender may send once more
+        self.on_writable: Callable[[], None] | None = None
+        # called once when the connection closes, whoever closed it: the cluster's bookkeeping
+        self.on_close: Callable[[], None] | None = None
         # API key -> (broker min, broker max), filled by the handshake
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self.requests_sent = 0
@@ -231,20 +292,29 @@ class BrokerConnection:
         host: str,
         port: int,
         *,
-        connect_timeout_ms: int = 10000,
+        connect_timeout_ms: float = 10000,
+        send_buffer_bytes: int = 131072,
+        receive_buffer_bytes: int = 32768,
+        connector: TransportConnector | None = None,
         **kwargs: Any,
     ) -> BrokerConnection:
         """Connect and negotiate versions, bounded by ``socket_connection_setup_timeout_ms``.
 
-        Cancellation closes the half-open socket; nothing is left running.
+        ``send_buffer_bytes``/``receive_buffer_bytes`` set SO_SNDBUF/SO_RCVBUF (Java's
+        send.buffer.bytes/receive.buffer.bytes; -1 keeps the OS default). ``connector`` replaces
+        TCP (tests script a transport with it). Cancellation closes the half-open socket;
+        nothing is left running.
         """
         conn = cls(host, port, **kwargs)
+        connect = tcp_connect if connector is None else connector
         try:
-            await asyncio.wait_for(conn._setup(), connect_timeout_ms / 1000)
+            await asyncio.wait_for(
+                conn._setup(connect, send_buffer_bytes, receive_buffer_bytes),
+                connect_timeout_ms / 1000)
         except asyncio.TimeoutError as exc:
             error = KafkaConnectionError(
                 f"{conn._name}: connection setup did not finish within "
-                f"socket.connection.setup.timeout.ms={connect_timeout_ms}")
+                f"socket.connection.setup.timeout.ms={round(connect_timeout_ms)}")
             conn.close(error)
             raise error from exc
         except OSError as exc:
@@ -255,8 +325,10 @@ class BrokerConnection:
             raise
         return conn
 
-    async def _setup(self) -> None:
-        await self._loop.create_connection(lambda: _WireProtocol(self), self.host, self.port)
+    async def _setup(self, connect: TransportConnector, send_buffer_bytes: int,
+                     receive_buffer_bytes: int) -> None:
+        await connect(self.host, self.port, lambda: _WireProtocol(self), send_buffer_bytes,
+                      receive_buffer_bytes)
         await self._handshake()
 
     async def _handshake(self) -> None:
@@ -319,6 +391,33 @@ class BrokerConnection:
     def in_flight(self) -> int:
         return len(self._pending)
 
+    @property
+    def writable(self) -> bool:
+        """Connected and not write-paused: more requests would not just pile up in memory."""
+        return not self._write_paused and self._transport is not None and \
+            self._closed_cause is None
+
+    @property
+    def paused(self) -> bool:
+        return self._write_paused
+
+    @property
+    def write_buffer_size(self) -> int:
+        transport = self._transport
+        return 0 if transport is None or transport.is_closing() else \
+            transport.get_write_buffer_size()
+
+    @property
+    def busy(self) -> bool:
+        """Requests await answers, or unanswered ones still wait to leave the buffer."""
+        return bool(self._pending or self._unflushed)
+
+    def idle_for(self, now: float) -> float:
+        """Seconds with nothing in flight and nothing written or read; 0 while busy."""
+        if self._pending or self._unflushed:
+            return 0.0
+        return max(0.0, now - self.last_activity)
+
     def send(
         self,
         request: KafkaRequest,
@@ -331,7 +430,9 @@ class BrokerConnection:
 
         Synchronous on purpose: the sender writes several requests per wake-up without a
         coroutine each. With ``expect_response=False`` (Produce with acks=0, which the broker
-        never answers) the future resolves to None once the bytes are handed to the transport.
+        never answers) the future resolves to None once the bytes have left the transport's
+        buffer (see the module docstring): at once unless the write paused the transport,
+        else on ``resume_writing``; it fails with the connection, or after ``request_timeout_ms``.
         """
         future: asyncio.Future[Any] = self._loop.create_future()
         cause = self._closed_cause
@@ -346,9 +447,10 @@ class BrokerConnection:
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
         frame = encode_request(request, version, correlation_id, self.client_id)
         now = self._clock()
+        self.last_activity = now
+        timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        deadline = now + timeout
         if expect_response:
-            timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
-            deadline = now + timeout
             self._pending.append(_Pending(
                 correlation_id, future, request.RESPONSE_TYPE, version,
                 request.RESPONSE_TYPE.header_version(version), deadline, request.API_NAME, now,
@@ -360,7 +462,13 @@ class BrokerConnection:
         self.bytes_sent += len(frame)
         if not expect_response:
             self._unanswered.append(correlation_id)
-            future.set_result(None)
+            if self._write_paused:
+                # its bytes sit in our buffer: done when the transport drains (or times out)
+                self._unflushed.append((deadline, future))
+                if deadline < self._timer_deadline:
+                    self._arm_timer(deadline)
+            else:
+                future.set_result(None)
         return future
 
     async def request(
@@ -390,6 +498,19 @@ class BrokerConnection:
             self._drain_waiter = self._loop.create_future()
         await asyncio.shield(self._drain_waiter)
 
+    def _on_resume_writing(self) -> None:
+        """The buffer drained below the low-water mark: what was waiting in it is sent."""
+        self._write_paused = False
+        unflushed, self._unflushed = self._unflushed, deque()
+        for _, future in unflushed:
+            if not future.done():
+                future.set_result(None)
+        waiter = self._drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if self.on_writable is not None and self._closed_cause is None:
+            self.on_writable()
+
     # ---- receiving -------------------------------------------------------------------------
 
     def _on_frame(self, frame: bytes) -> bool:
@@ -414,6 +535,7 @@ class BrokerConnection:
             return False
         self._pending.popleft()
         self.responses_received += 1
+        self.last_activity = self._clock()
         body = memoryview(frame)[offset:]
         try:
             try:
@@ -449,9 +571,22 @@ class BrokerConnection:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_deadline = float("inf")
-        if not self._pending:
+        if not self._pending and not self._unflushed:
             return
         now = self._clock()
+        if self._unflushed and self._unflushed[0][0] <= now:
+            self.timeouts += 1
+            error = RequestTimeoutError(
+                f"{self._name}: a request sent without expecting an answer (acks=0) could not be "
+                f"written within request.timeout.ms={self.request_timeout_ms}: the broker does "
+                f"not read; disconnecting")
+            for _, future in self._unflushed:
+                if not future.done():
+                    future.set_exception(error)
+            self._unflushed.clear()
+            self._fail(KafkaConnectionError(
+                f"{self._name}: disconnected after a request timed out"))
+            return
         expired = [p for p in self._pending if p.deadline <= now]
         if expired:
             self.timeouts += 1
@@ -466,7 +601,10 @@ class BrokerConnection:
             self._fail(KafkaConnectionError(
                 f"{self._name}: disconnected after a request timed out"))
             return
-        self._arm_timer(min(p.deadline for p in self._pending))
+        deadlines = [p.deadline for p in self._pending]
+        if self._unflushed:
+            deadlines.append(self._unflushed[0][0])
+        self._arm_timer(min(deadlines))
 
     # ---- closing ---------------------------------------------------------------------------
 
@@ -479,8 +617,12 @@ class BrokerConnection:
 
     def _fail(self, cause: KafkaError) -> None:
         """Close once; fail every pending request with ``cause``."""
+        first = self._closed_cause is None
         if self._closed_cause is None:
             self._closed_cause = cause
+        else:
+            cause = self._closed_cause
+        if first:
             level = logging.DEBUG if isinstance(cause, KafkaConnectionError) else logging.WARNING
             log.log(level, "%s: closing: %s (%d in flight)", self._name, cause, len(self._pending))
         if self._timer is not None:
@@ -490,12 +632,18 @@ class BrokerConnection:
         pending, self._pending = self._pending, deque()
         for p in pending:
             if not p.future.done():
-                p.future.set_exception(self._closed_cause)
+                p.future.set_exception(cause)
+        unflushed, self._unflushed = self._unflushed, deque()
+        for _, future in unflushed:
+            if not future.done():
+                future.set_exception(cause)
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
         if self._transport is not None:
             self._transport.abort()
         self._closed_event.set()
+        if first and self.on_close is not None:
+            self.on_close()
 
     def close(self, cause: KafkaError | None = None) -> None:
         """Close now; pending requests fail with ``cause`` (or 'closed by the client')."""
@@ -522,6 +670,8 @@ class BrokerConnection:
             bytes_received=self._bytes_received,
             timeouts=self.timeouts,
             write_paused=self._write_paused,
+            write_buffer_bytes=self.write_buffer_size,
+            unflushed=len(self._unflushed),
         )
 
     def __repr__(self) -> str:

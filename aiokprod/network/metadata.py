@@ -115,6 +115,14 @@ class ClusterView:
         return ClusterView(brokers, topics, self.cluster_id, self.controller_id,
                            self.topic_errors)
 
+    def without_topics(self, names: Iterable[str]) -> ClusterView:
+        """This view minus ``names`` (topics nobody used for metadata.max.idle.ms)."""
+        drop = set(names)
+        return ClusterView(
+            self.brokers, {n: t for n, t in self.topics.items() if n not in drop},
+            self.cluster_id, self.controller_id,
+            {n: c for n, c in self.topic_errors.items() if n not in drop})
+
 
 def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[ClusterView, list[str]]:
     """Merge a MetadataResponse into ``previous``.
@@ -124,7 +132,11 @@ def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[Clust
     - a topic with an error keeps its previous metadata (the Java client does the same for
       retriable errors) and the error is recorded so waiters can fail fast on fatal ones;
     - a partition whose leader epoch is older than the one we know is stale (the response came
-      from a broker that has not caught up) and the known partition is kept.
+      from a broker that has not caught up) and the known partition is kept;
+    - a topic whose id changed (Metadata v10+) was deleted and re-created under the same name:
+      nothing of the old topic is kept (its leader epochs restart, its partition count may
+      differ) and it is reported among the moved topics, as the Java client's ``Metadata``
+      does when it compares topic ids.
     """
     brokers = {
         b.node_id: BrokerNode(b.node_id, b.host, b.port, getattr(b, "rack", None))
@@ -143,8 +155,13 @@ def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[Clust
                 topics.pop(name, None)  # deleted or not created yet
             continue
         old = previous.topics.get(name)
-        parts: list[PartitionMetadata] = []
+        topic_id = getattr(t, "topic_id", None)
         changed = False
+        if old is not None and _known_id(old.topic_id) and _known_id(topic_id) and \
+                old.topic_id != topic_id:
+            old = None  # re-created: a new topic that happens to have the old name
+            changed = True
+        parts: list[PartitionMetadata] = []
         for p in t.partitions:
             epoch = getattr(p, "leader_epoch", -1)
             known = old.partitions.get(p.partition_index) if old is not None else None
@@ -157,7 +174,7 @@ def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[Clust
             parts.append(PartitionMetadata(
                 p.partition_index, leader, epoch, tuple(p.replica_nodes), tuple(p.isr_nodes),
                 tuple(getattr(p, "offline_replicas", ())), p.error_code))
-        topics[name] = TopicMetadata.build(name, parts, getattr(t, "topic_id", None),
+        topics[name] = TopicMetadata.build(name, parts, topic_id,
                                            getattr(t, "is_internal", False))
         if changed:
             moved.append(name)
@@ -165,3 +182,8 @@ def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[Clust
         brokers, topics, getattr(response, "cluster_id", None),
         getattr(response, "controller_id", -1), errors)
     return view, moved
+
+
+def _known_id(topic_id: Any) -> bool:
+    """A real topic id: brokers before Metadata v10 send none, and the zero UUID means unknown."""
+    return topic_id is not None and getattr(topic_id, "int", 1) != 0

@@ -609,6 +609,21 @@ class RecordAccumulator:
     def incomplete_batches(self) -> list[ProducerBatch]:
         return list(self._incomplete)
 
+    def topic_in_use(self, topic: str) -> bool:
+        """Records of ``topic`` are queued: its metadata must not expire (the sender still
+        needs its leaders), whatever metadata.max.idle.ms says."""
+        parts = self._queues.get(topic)
+        return parts is not None and any(q.batches for q in parts.values())
+
+    def forget_topic(self, topic: str) -> bool:
+        """Drop the topic's (empty) queues after it expired from metadata; False, keeping
+        them, if any batch is still queued."""
+        if self.topic_in_use(topic):
+            return False
+        if self._queues.pop(topic, None) is not None:
+            self._nodes_cache = None
+        return True
+
     def statistics(self) -> AccumulatorStatistics:
         return AccumulatorStatistics(
             partitions=sum(len(p) for p in self._queues.values()),

@@ -248,6 +248,23 @@ class IdempotenceManager:
             state = self._partitions[key] = PartitionSequenceState(tp.topic, tp.partition)
         return state
 
+    def forget_topic(self, topic: str) -> int:
+        """Drop the topic's partitions that hold no sequence the broker could remember.
+
+        A partition with batches in flight or unresolved, or with sequences already used under
+        the current producer id and epoch, is kept: starting it again at 0 would make the broker
+        answer OUT_OF_ORDER_SEQUENCE_NUMBER. What is dropped is the state of partitions never
+        written, or written under an id/epoch since replaced. Returns how many were dropped.
+        """
+        drop = [key for key, p in self._partitions.items()
+                if key[0] == topic and not p.in_flight and not p.unresolved
+                and (p.next_sequence == 0 or p.producer_id != self._producer_id
+                     or p.producer_epoch != self._producer_epoch)]
+        for key in drop:
+            del self._partitions[key]
+            self._with_unresolved.discard(key)
+        return len(drop)
+
     def _fire(self, event: Event) -> None:
         target = next_state(self._state, event)
         if target is not self._state:

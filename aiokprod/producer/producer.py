@@ -80,6 +80,7 @@ class Producer:
         self._acc: RecordAccumulator | None = None
         self._pool: BufferPool | None = None
         self._metrics: ProducerMetrics | None = None
+        self._idempotence: IdempotenceManager | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Producer:
@@ -112,8 +113,12 @@ class Producer:
             connect_timeout_ms=cfg.socket_connection_setup_timeout_ms,
             reconnect_backoff_ms=cfg.reconnect_backoff_ms,
             reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            connect_timeout_max_ms=cfg.socket_connection_setup_timeout_max_ms,
             retry_backoff_ms=cfg.retry_backoff_ms, metadata_max_age_ms=cfg.metadata_max_age_ms,
-            clock=clock)
+            metadata_max_idle_ms=cfg.metadata_max_idle_ms,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            send_buffer_bytes=cfg.send_buffer_bytes,
+            receive_buffer_bytes=cfg.receive_buffer_bytes, clock=clock)
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size, clock=clock,
                                 metrics=self._metrics, on_wait=self._wakeup)
         self._compression = CompressionType.from_name(cfg.compression_type)
@@ -133,6 +138,7 @@ class Producer:
         idempotence = IdempotenceManager(
             clock=clock, bump_via_init_producer_id=True, retries=cfg.retries,
             backoff=retry_backoff, client_id=cfg.client_id) if cfg.enable_idempotence else None
+        self._idempotence = idempotence
         self._sender = Sender(
             cluster=self._cluster, accumulator=self._acc, idempotence=idempotence,
             acks=cfg.acks, request_timeout_ms=cfg.request_timeout_ms,
@@ -146,6 +152,8 @@ class Producer:
         if cfg.partitioner_availability_timeout_ms > 0:
             self._sender.set_node_ready_hook(self._partitioner.update_node_latency_stats)
         self._acc.on_queue_sizes = self._partitioner.update_queue_sizes
+        self._cluster.topic_in_use = self._acc.topic_in_use
+        self._cluster.on_topics_expired.append(self._forget_topics)
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
         self._interceptors = tuple(cfg.interceptors)
@@ -160,6 +168,21 @@ class Producer:
         if getattr(cfg, "idempotence_disabled_reason", None):
             log.info("[client %s] idempotence disabled: %s", cfg.client_id,
                      cfg.idempotence_disabled_reason)
+
+    def _forget_topics(self, topics: list[str]) -> None:
+        """Topics unused for metadata.max.idle.ms: drop their per-topic state everywhere, so a
+        producer that wrote to many topics over its life does not keep growing."""
+        acc, partitioner, metrics = self._acc, self._partitioner, self._metrics
+        idem = self._idempotence
+        for topic in topics:
+            if acc is not None:
+                acc.forget_topic(topic)
+            if idem is not None:
+                idem.forget_topic(topic)
+            if partitioner is not None:
+                partitioner.forget_topic(topic)
+            if metrics is not None:
+                metrics.forget_topic(topic)
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush what is queued and stop, within ``timeout`` seconds if given.

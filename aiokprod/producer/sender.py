@@ -400,6 +400,7 @@ class Sender:
             topics.setdefault(batch.topic, []).append(ProduceRequest.PartitionProduceData(
                 index=batch.partition, records=batch.sealed))
             by_tp[(batch.topic, batch.partition)] = batch
+        self._cluster.touch_topics(topics, now)  # in use: its metadata must not expire
         request = ProduceRequest(
             transactional_id=None, acks=self._acks, timeout_ms=self._request_timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
