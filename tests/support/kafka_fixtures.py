@@ -1,0 +1,164 @@
+"""Pytest fixtures for Apache Kafka as a test broker (a plugin registered by tests/conftest.py).
+
+* ``kafka`` — one KRaft node (broker+controller) for the whole session; isolate with a fresh
+  topic (``kafka_topic``). Do not stop it.
+* ``kafka3`` — three nodes, replication factor 3, ``min.insync.replicas=2``, for the session;
+  tests must leave it as they found it (no kill/stop: a node started again inside a test is a
+  new child process, which the leak guard counts against that test).
+* ``kafka_secure`` — one node with SSL, SASL_PLAINTEXT and SASL_SSL listeners besides
+  PLAINTEXT (PLAIN, SCRAM-SHA-256/512 and unsecured OAUTHBEARER), for the session.
+* ``kafka_factory`` — private clusters for a test that kills, stops or restarts brokers, or
+  needs an advertised port (a proxy in front); all stopped when the test ends.
+
+Without Java or Maven (or when Maven Central cannot be reached) every Kafka test skips with
+one line saying why — except under ``CI=true``, where that is a failure, so a CI run cannot
+pass with the Kafka tests silently skipped. After a failed test the node logs are kept and
+their directory printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from support.kafka_cluster import KafkaCluster, KafkaJars, SecurityOptions, ensure_kafka_jars
+
+_TOPIC_UNSAFE = re.compile(r"[^a-zA-Z0-9._-]+")
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    """Whether the requesting test's call phase failed (conftest records the reports)."""
+    report = getattr(request.node, "_report_call", None)
+    return report is not None and bool(report.failed)
+
+
+def unavailable(reason: str) -> None:
+    """Skip with ``reason``, or fail under ``CI=true`` (a skipped Kafka suite must not pass CI)."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"Apache Kafka tests cannot run on CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def kafka_jars() -> KafkaJars:
+    """The broker jars (resolved once into ~/.cache/aiokprod); skips when impossible."""
+    jars = ensure_kafka_jars()
+    if isinstance(jars, str):
+        unavailable(jars)
+        raise AssertionError("unreachable")  # unavailable() always raises
+    return jars
+
+
+def _session_cluster(jars: KafkaJars, tmp: pytest.TempPathFactory, name: str,
+                     **kwargs: Any) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(jars, work_dir=tmp.mktemp(name), **kwargs)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        alive = [i for i in cluster.node_ids if cluster.pid(i) is not None]
+        if alive:
+            raise RuntimeError(f"kafka nodes {alive} survived stop(): {cluster!r}")
+
+
+@pytest.fixture(scope="session")
+def _kafka_session(kafka_jars: KafkaJars,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    yield from _session_cluster(kafka_jars, tmp_path_factory, "kafka1")
+
+
+@pytest.fixture(scope="session")
+def _kafka3_session(kafka_jars: KafkaJars,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    yield from _session_cluster(kafka_jars, tmp_path_factory, "kafka3", brokers=3)
+
+
+@pytest.fixture(scope="session")
+def _kafka_secure_session(kafka_jars: KafkaJars,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    yield from _session_cluster(kafka_jars, tmp_path_factory, "kafka-secure",
+                                security=SecurityOptions())
+
+
+def _shared(cluster: KafkaCluster, request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    down = [i for i in cluster.node_ids if cluster.pid(i) is None]
+    if down:
+        pytest.fail(f"shared Kafka nodes {down} are down: {cluster!r}", pytrace=False)
+    yield cluster
+    if _failed(request):
+        cluster.keep_logs = True
+        print(f"--- {cluster!r} log tail ---\n{cluster.log_tail(lines=30)}")
+    down = [i for i in cluster.node_ids if cluster.pid(i) is None]
+    if down:
+        pytest.fail(f"the test stopped shared Kafka nodes {down}; use kafka_factory",
+                    pytrace=False)
+
+
+@pytest.fixture
+def kafka(_kafka_session: KafkaCluster, request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    """The shared 1-node Apache Kafka cluster; bootstrap with ``kafka.bootstrap``."""
+    yield from _shared(_kafka_session, request)
+
+
+@pytest.fixture
+def kafka3(_kafka3_session: KafkaCluster,
+           request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    """The shared 3-node cluster (RF 3, min.insync.replicas=2); do not stop its nodes."""
+    yield from _shared(_kafka3_session, request)
+
+
+@pytest.fixture
+def kafka_secure(_kafka_secure_session: KafkaCluster,
+                 request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    """The shared 1-node cluster with security listeners: ``port(1, "SASL_SSL")``,
+    ``bootstrap_for("SSL")``, ``tls.ca_cert``, ``security.users``, ``security.oauth_subject``."""
+    yield from _shared(_kafka_secure_session, request)
+
+
+class KafkaFactory(Protocol):
+    def __call__(self, **kwargs: Any) -> KafkaCluster: ...
+
+
+@pytest.fixture
+def kafka_factory(kafka_jars: KafkaJars, tmp_path: Path,
+                  request: pytest.FixtureRequest) -> Iterator[KafkaFactory]:
+    """Start private clusters (kwargs go to ``KafkaCluster``); all stopped at teardown."""
+    started: list[KafkaCluster] = []
+
+    def start(**kwargs: Any) -> KafkaCluster:
+        kwargs.setdefault("work_dir", tmp_path / f"kafka-{len(started)}")
+        cluster = KafkaCluster(kafka_jars, **kwargs)
+        started.append(cluster)
+        return cluster.start()
+
+    yield start
+    failed = _failed(request)
+    for cluster in started:
+        if failed:
+            cluster.keep_logs = True
+            print(f"--- {cluster!r} log tail ---\n{cluster.log_tail(lines=30)}")
+        cluster.stop()
+
+
+def _topic_name(request: pytest.FixtureRequest) -> str:
+    base = _TOPIC_UNSAFE.sub("-", request.node.name)[:80].strip("-.") or "t"
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def kafka_topic(kafka: KafkaCluster, request: pytest.FixtureRequest) -> Callable[..., str]:
+    """Create a uniquely named topic on the shared 1-node cluster: ``kafka_topic(partitions=3)``."""
+
+    def create(partitions: int = 1, **kwargs: Any) -> str:
+        name = _topic_name(request)
+        kafka.create_topic(name, partitions, **kwargs)
+        return name
+
+    return create
