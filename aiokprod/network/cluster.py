@@ -158,6 +158,9 @@ class Cluster:
         # topic the broker reports as missing
         self._waiters: dict[str, int] = {}
         self._update_requested = asyncio.Event()
+        # set when housekeeping's next due time may have moved earlier (a link connected, the
+        # last waiter of a topic left): the loop recomputes it without refreshing metadata
+        self._housekeeping_requested = asyncio.Event()
         # set (and replaced) whenever metadata changes or a refresh fails: waiters re-check
         self._updated = asyncio.Event()
         # set (and replaced) whenever a link connects, fails, closes or resumes writing
@@ -274,6 +277,8 @@ class Cluster:
                 self._waiters[topic] = left
             else:
                 del self._waiters[topic]
+                # the topic may expire from now on: housekeeping must count it again
+                self._housekeeping_requested.set()
 
     async def _wait_for_topic(self, topic: str, timeout_ms: float) -> TopicMetadata:
         deadline = self._clock() + timeout_ms / 1000
@@ -338,9 +343,9 @@ class Cluster:
     async def _refresh_loop(self) -> None:
         while not self._closed:
             due = max(0.0, self._last_refresh + self.metadata_max_age_ms / 1000 - self._clock())
+            self._housekeeping_requested.clear()
             wait = min(due, self.housekeeping(self._clock()))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._update_requested.wait(), wait)
+            await self._sleep_until_requested(wait)
             if not self._update_requested.is_set() and \
                     self._clock() < self._last_refresh + self.metadata_max_age_ms / 1000:
                 continue  # woke for housekeeping only
@@ -359,6 +364,18 @@ class Cluster:
                 log.debug("[client %s] metadata refresh failed: %s", self.client_id, exc)
                 self._update_requested.set()  # try again after the backoff
                 self._signal_waiters()
+
+    async def _sleep_until_requested(self, timeout: float) -> None:
+        """Wait until a refresh or a housekeeping pass is requested, at most ``timeout``."""
+        if self._update_requested.is_set() or self._housekeeping_requested.is_set():
+            return
+        waits = [asyncio.ensure_future(self._update_requested.wait()),
+                 asyncio.ensure_future(self._housekeeping_requested.wait())]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     async def _refresh_once(self) -> None:
         self._expire_topics(self._clock())
@@ -715,6 +732,7 @@ class Cluster:
             conn.on_latency = lambda api, secs: hook(node_id, api, secs)
         conn.on_writable = self._on_writable
         conn.on_close = lambda: self._on_connection_closed(node_id, link, conn)
+        self._housekeeping_requested.set()  # its idle deadline may come before the next pass
         log.debug("[client %s] connected to node %d (%s:%d)", self.client_id, node_id, host, port)
         self._notify_change()
         self._signal_links()

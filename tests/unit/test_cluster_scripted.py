@@ -1,0 +1,401 @@
+"""Cluster over an in-memory network (``support.memory_transport``): no sockets, exact timing.
+
+Node selection (dead, refusing and silent bootstrap servers, rotation), set-up timeouts, idle and
+departed links, metadata.max.idle.ms expiry and topic ids, and write back-pressure, each asserted
+through what the scripted brokers saw and ``Cluster.statistics()``. docs/network.md has the rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from aiokprod.errors import KafkaConnectionError, KafkaTimeoutError, RequestTimeoutError
+from aiokprod.network.cluster import Cluster
+from aiokprod.protocol import MetadataRequest, ProduceRequest
+from support.memory_transport import METADATA, ScriptedNetwork
+
+H = "127.0.0.1"
+
+
+@asynccontextmanager
+async def running(net: ScriptedNetwork, bootstrap: str, *, start: bool = True,
+                  **kwargs: Any) -> AsyncIterator[Cluster]:
+    settings: dict[str, Any] = {
+        "request_timeout_ms": 3000, "connect_timeout_ms": 1000, "connect_timeout_max_ms": 4000,
+        "reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 1000, "retry_backoff_ms": 50,
+    }
+    settings.update(kwargs)
+    cluster = Cluster(bootstrap, connector=net.connect, **settings)
+    if start:
+        cluster.start()
+    try:
+        yield cluster
+    finally:
+        await cluster.close()
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 3.0) -> float:
+    """Seconds until ``check()`` held; fails after ``timeout``."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"condition not met within {timeout} s")
+        await asyncio.sleep(0.005)
+    return time.monotonic() - start
+
+
+def one_broker_net(*, topics: dict[str, dict[int, int]] | None = None) -> ScriptedNetwork:
+    net = ScriptedNetwork()
+    net.node(9001, broker_id=1)
+    for name, leaders in (topics or {}).items():
+        net.cluster.add_topic(name, leaders)
+    return net
+
+
+# ---- node selection -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dead_mode", ["refuse", "hang_connect", "silent"])
+async def test_dead_bootstrap_server_first_costs_at_most_the_stagger(dead_mode: str) -> None:
+    """Refused at once, a SYN never answered, or accepted and never answered: the second server
+    serves the metadata within the dial stagger (250 ms), not a set-up or request timeout."""
+    net = one_broker_net(topics={"t": {0: 1}})
+    dead = net.node(9000, dead_mode)
+    async with running(net, f"{H}:9000,{H}:9001", start=False, connect_timeout_ms=5000) as c:
+        start = time.monotonic()
+        c.start()
+        meta = await c.wait_for_topic("t", 5000)
+        elapsed = time.monotonic() - start
+        assert meta.partition_ids == (0,)
+        assert dead.connect_attempts == 1
+        bound = 0.15 if dead_mode == "refuse" else 0.6
+        assert elapsed < bound, elapsed
+
+
+async def test_dead_bootstrap_server_second_is_never_waited_on() -> None:
+    net = one_broker_net(topics={"t": {0: 1}})
+    dead = net.node(9000, "silent")
+    async with running(net, f"{H}:9001,{H}:9000", start=False) as c:
+        start = time.monotonic()
+        c.start()
+        await c.wait_for_topic("t", 5000)
+        assert time.monotonic() - start < 0.15
+        assert dead.connect_attempts == 0
+
+
+async def test_silent_node_attempt_is_bounded_by_the_setup_timeout() -> None:
+    """The silent server's attempt is abandoned after socket.connection.setup.timeout.ms and its
+    next attempt gets twice the bound (KIP-601); the other server is used meanwhile."""
+    net = ScriptedNetwork()
+    silent = net.node(9000, "silent")
+    good = net.node(9001)
+    async with running(net, f"{H}:9000,{H}:9001", start=False, connect_timeout_ms=300,
+                       connect_timeout_max_ms=1000, dial_stagger_ms=100) as c:
+        start = time.monotonic()
+        conn = await c.least_loaded_connection(2000)
+        assert conn.port == 9001
+        assert 0.09 < time.monotonic() - start < 0.3
+        assert good.connect_attempts == 1
+        # the silent one is still connecting; its attempt ends at its bound, ~300 ms
+        await eventually(lambda: c.statistics().failed_connects == 1, 1.0)
+        assert 0.23 < time.monotonic() - start < 0.6  # 300 ms ± 20% jitter
+        assert isinstance(c.node_error(-1), KafkaConnectionError)
+        assert "socket.connection.setup.timeout.ms=" in str(c.node_error(-1))
+        assert silent.open_transports() == []
+        assert c._states.connecting(-1, time.monotonic()) == pytest.approx(600, rel=0.21)
+
+
+async def test_every_server_dead_fails_within_the_timeout_naming_each() -> None:
+    net = ScriptedNetwork()
+    net.node(9000, "refuse")
+    net.node(9001, "silent")
+    async with running(net, f"{H}:9000,{H}:9001", start=False, connect_timeout_ms=200) as c:
+        start = time.monotonic()
+        with pytest.raises(KafkaConnectionError) as info:
+            await c.least_loaded_connection(700)
+        assert 0.65 < time.monotonic() - start < 1.0
+        text = str(info.value)
+        assert "127.0.0.1:9000" in text and "127.0.0.1:9001" in text
+        assert "refused" in text.lower() or "Connect call failed" in text
+
+
+async def test_refusing_node_is_retried_with_backoff_not_in_a_loop() -> None:
+    net = ScriptedNetwork()
+    dead = net.node(9000, "refuse")
+    async with running(net, f"{H}:9000", start=False, reconnect_backoff_ms=100,
+                       reconnect_backoff_max_ms=400) as c:
+        with pytest.raises(KafkaConnectionError):
+            await c.least_loaded_connection(1000)
+        # backoff 100, 200, 400, 400 (±20%) -> about 4-5 attempts in a second, not hundreds
+        assert 3 <= dead.connect_attempts <= 6, dead.connect_attempts
+
+
+async def test_least_loaded_connection_rotates_and_prefers_fewest_in_flight() -> None:
+    net = ScriptedNetwork()
+    nodes = {b: net.node(9000 + b, broker_id=b) for b in (1, 2, 3)}
+    async with running(net, f"{H}:9001", start=False) as c:
+        await c.refresh_now(2000)
+        for b in nodes:
+            await c.connection(b)
+        picked = [(await c.least_loaded_connection(1000)).node_id for _ in range(6)]
+        assert sorted(picked) == [1, 1, 2, 2, 3, 3]
+        # requests in flight on 1 and 2 (the nodes ignore them): 3 is least loaded
+        nodes[1].ignore.add(METADATA)
+        nodes[2].ignore.add(METADATA)
+        for b in (1, 2):
+            conn = c.ready_connection(b)
+            assert conn is not None
+            conn.send(MetadataRequest(topics=[])).add_done_callback(lambda f: f.exception())
+        for _ in range(4):
+            assert (await c.least_loaded_connection(1000)).node_id == 3
+
+
+async def test_known_brokers_preferred_and_bootstrap_fallback_when_all_down() -> None:
+    net = ScriptedNetwork()
+    broker = net.node(9001, broker_id=1)
+    boot = net.node(9000)  # a bootstrap alias that stays reachable
+    async with running(net, f"{H}:9000", start=False) as c:
+        await c.refresh_now(2000)
+        assert set(c.view.brokers) == {1}
+        assert (await c.least_loaded_connection(1000)).node_id == 1
+        # the broker dies: the bootstrap address serves the next Metadata
+        broker.mode = "refuse"
+        for t in broker.open_transports():
+            t.server_close()
+        await asyncio.sleep(0.01)
+        conn = await c.least_loaded_connection(1000)
+        assert conn.node_id == -1 and boot.count(METADATA) >= 1
+
+
+# ---- housekeeping: idle and departed links --------------------------------------------------
+
+
+async def test_idle_connection_closed_after_connections_max_idle_ms() -> None:
+    net = one_broker_net()
+    async with running(net, f"{H}:9001", connections_max_idle_ms=300,
+                       metadata_max_age_ms=60_000) as c:
+        await eventually(lambda: c.statistics().metadata_refreshes >= 1)
+        conn = await c.connection(1)
+        opened = time.monotonic()
+        await eventually(lambda: not conn.connected, 2.0)
+        idle = time.monotonic() - opened
+        assert 0.25 < idle < 0.8, idle
+        assert c.statistics().idle_closed >= 1
+        assert "connections.max.idle.ms=300" in str(conn.closed_cause)
+        # no backoff after closing on purpose: the next use reconnects at once
+        assert c.connection_delay(1) == 0.0
+        again = await c.connection(1, 500)
+        assert again is not conn and again.connected
+
+
+async def test_busy_connection_is_not_closed_as_idle() -> None:
+    net = one_broker_net()
+    node = net.nodes[(H, 9001)]
+    async with running(net, f"{H}:9001", connections_max_idle_ms=200,
+                       request_timeout_ms=5000, metadata_max_age_ms=60_000) as c:
+        await eventually(lambda: c.statistics().metadata_refreshes >= 1)
+        conn = await c.connection(1)
+        node.ignore.add(METADATA)
+        pending = conn.send(MetadataRequest(topics=[]))
+        pending.add_done_callback(lambda f: f.exception())
+        await asyncio.sleep(0.6)
+        assert conn.connected and c.statistics().idle_closed == 0
+
+
+async def test_link_to_departed_broker_closed_once_not_busy() -> None:
+    net = ScriptedNetwork()
+    net.node(9001, broker_id=1)
+    two = net.node(9002, broker_id=2)
+    async with running(net, f"{H}:9001", metadata_max_age_ms=60_000) as c:
+        await eventually(lambda: set(c.view.brokers) == {1, 2})
+        await c.connection(1)  # idle, so Metadata goes there rather than behind the stuck request
+        conn2 = await c.connection(2)
+        two.ignore.add(METADATA)
+        pending = conn2.send(MetadataRequest(topics=[]))
+        pending.add_done_callback(lambda f: f.exception())
+        del net.cluster.brokers[2]  # broker 2 leaves the cluster
+        c.request_update()
+        await eventually(lambda: set(c.view.brokers) == {1})
+        await asyncio.sleep(0.1)
+        assert conn2.connected  # a request in flight: kept until it is answered or times out
+        two.ignore.clear()
+        conn2.close(KafkaConnectionError("test: let the in-flight request go"))
+        await eventually(lambda: 2 not in c.links(), 3.0)
+        assert c.ready_connection(2) is None  # a leader on it asks for metadata instead
+        assert c.statistics().departed_closed >= 1
+
+
+async def test_idle_departed_link_closed_at_once() -> None:
+    net = ScriptedNetwork()
+    net.node(9001, broker_id=1)
+    two = net.node(9002, broker_id=2)
+    async with running(net, f"{H}:9001", metadata_max_age_ms=60_000) as c:
+        await eventually(lambda: set(c.view.brokers) == {1, 2})
+        conn2 = await c.connection(2)
+        before = c.statistics().departed_closed
+        del net.cluster.brokers[2]
+        c.request_update()
+        await eventually(lambda: not conn2.connected, 1.0)
+        assert 2 not in c.links()
+        assert c.statistics().departed_closed == before + 1
+        assert two.open_transports() == []
+
+
+async def test_bootstrap_link_closed_once_brokers_are_known() -> None:
+    net = one_broker_net()
+    boot = net.node(9000)
+    async with running(net, f"{H}:9000", metadata_max_age_ms=60_000) as c:
+        await eventually(lambda: c.statistics().metadata_refreshes >= 1)
+        await eventually(lambda: boot.open_transports() == [], 1.0)
+        assert -1 in c.links()  # the address stays as a fallback
+
+
+# ---- metadata: expiry, waiters, topic ids ---------------------------------------------------
+
+
+async def test_unused_topic_expires_and_on_topics_expired_is_told() -> None:
+    net = one_broker_net(topics={"t": {0: 1}, "u": {0: 1}})
+    expired: list[list[str]] = []
+    async with running(net, f"{H}:9001", metadata_max_idle_ms=400,
+                       metadata_max_age_ms=60_000) as c:
+        c.on_topics_expired.append(expired.append)
+        await c.wait_for_topic("t", 2000)
+        await c.wait_for_topic("u", 2000)
+        start = time.monotonic()
+        while time.monotonic() - start < 0.7:
+            c.touch_topics(["u"])  # "u" keeps being used
+            await asyncio.sleep(0.05)
+        assert expired == [["t"]]
+        assert set(c.tracked_topics()) == {"u"}
+        assert "t" not in c.view.topics and "u" in c.view.topics
+        assert c.statistics().expired_topics == 1
+        before = net.nodes[(H, 9001)].count(METADATA)
+        c.request_update()
+        await eventually(lambda: net.nodes[(H, 9001)].count(METADATA) > before)
+        last = net.nodes[(H, 9001)].requests[-1]
+        assert [t.name for t in last.body.topics] == ["u"]  # no longer asked for
+
+
+async def test_topic_in_use_does_not_expire() -> None:
+    net = one_broker_net(topics={"t": {0: 1}})
+    expired: list[list[str]] = []
+    busy = {"t"}
+    async with running(net, f"{H}:9001", metadata_max_idle_ms=200,
+                       metadata_max_age_ms=60_000) as c:
+        c.on_topics_expired.append(expired.append)
+        c.topic_in_use = lambda topic: topic in busy
+        await c.wait_for_topic("t", 2000)
+        await asyncio.sleep(0.6)
+        assert expired == [] and "t" in c.view.topics
+        busy.clear()  # the last queued batch went out; the expiry clock restarted when it looked
+        await eventually(lambda: expired == [["t"]], 1.0)
+
+
+async def test_waited_for_topic_does_not_expire_and_stops_being_asked_for_after() -> None:
+    """A send waiting for a missing topic keeps it and refreshes fast; once the wait failed,
+    Metadata requests go back to metadata.max.age.ms and the topic expires."""
+    net = one_broker_net()
+    node = net.nodes[(H, 9001)]
+    expired: list[list[str]] = []
+    async with running(net, f"{H}:9001", metadata_max_idle_ms=300, retry_backoff_ms=50,
+                       metadata_max_age_ms=60_000) as c:
+        c.on_topics_expired.append(expired.append)
+        start = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match="does not exist"):
+            await c.wait_for_topic("missing", 800)
+        assert 0.75 < time.monotonic() - start < 1.2
+        asked = node.count(METADATA)
+        assert asked >= 8  # about every retry.backoff.ms while it waited
+        assert expired == []  # 800 ms > metadata.max.idle.ms, but a waiter held it
+        await asyncio.sleep(0.8)
+        assert expired == [["missing"]]
+        assert node.count(METADATA) <= asked + 1  # at most the one already under way
+
+
+async def test_recreated_topic_is_reported_moved_and_replaced() -> None:
+    net = one_broker_net(topics={"t": {0: 1, 1: 1}})
+    moved: list[list[str]] = []
+    async with running(net, f"{H}:9001", metadata_max_age_ms=60_000) as c:
+        c.on_leaders_moved.append(moved.append)
+        old = await c.wait_for_topic("t", 2000)
+        net.cluster.leader_epoch = 0  # epochs restart with the new topic
+        new_id = net.cluster.add_topic("t", {0: 1})  # deleted and re-created, one partition
+        c.request_update()
+        await eventually(lambda: c.view.topics["t"].topic_id == new_id)
+        assert old.topic_id != new_id
+        assert c.view.topics["t"].partition_ids == (0,)
+        assert moved == [["t"]]
+
+
+# ---- back-pressure --------------------------------------------------------------------------
+
+
+async def test_write_paused_connection_not_handed_out_and_resume_wakes() -> None:
+    net = one_broker_net()
+    changes: list[float] = []
+    boot = net.node(9000)
+    async with running(net, f"{H}:9000", start=False) as c:
+        await c.refresh_now(2000)
+        boot.mode = "refuse"  # no fallback: only the paused broker is left
+        conn = await c.connection(1)
+        c.on_change.append(lambda: changes.append(time.monotonic()))
+        transport = net.nodes[(H, 9001)].open_transports()[0]
+        transport.pause()
+        assert not conn.writable and conn.connected
+        assert c.ready_connection(1) is None
+        with pytest.raises(KafkaConnectionError):
+            await c.least_loaded_connection(150)  # the only broker is paused
+        waiter = asyncio.ensure_future(c.connection(1, 2000))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        transport.resume()
+        assert changes  # on_change told the sender at once
+        assert await asyncio.wait_for(waiter, 0.5) is conn
+        assert c.ready_connection(1) is conn
+
+
+async def test_acks0_requests_done_only_when_the_buffer_drains() -> None:
+    net = one_broker_net()
+    async with running(net, f"{H}:9001", start=False) as c:
+        await c.refresh_now(2000)
+        conn = await c.connection(1)
+        transport = net.nodes[(H, 9001)].open_transports()[0]
+        request = ProduceRequest(transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
+        assert conn.send(request, expect_response=False).done()  # not paused: done at once
+        transport.pause()
+        futures = [conn.send(request, expect_response=False) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        assert not any(f.done() for f in futures)
+        assert conn.statistics().unflushed == 3 and conn.busy
+        transport.resume()
+        assert all(f.done() and f.result() is None for f in futures)
+        assert conn.statistics().unflushed == 0
+
+
+async def test_acks0_request_times_out_when_the_buffer_never_drains() -> None:
+    net = one_broker_net()
+    async with running(net, f"{H}:9001", start=False, request_timeout_ms=300) as c:
+        await c.refresh_now(2000)
+        conn = await c.connection(1)
+        net.nodes[(H, 9001)].open_transports()[0].pause()
+        request = ProduceRequest(transactional_id=None, acks=0, timeout_ms=1000, topic_data=[])
+        start = time.monotonic()
+        future = conn.send(request, expect_response=False)
+        with pytest.raises(RequestTimeoutError, match="acks=0"):
+            await future
+        assert 0.25 < time.monotonic() - start < 0.6
+        assert not conn.connected
+
+
+async def test_socket_buffer_sizes_reach_the_connector() -> None:
+    net = one_broker_net()
+    async with running(net, f"{H}:9001", start=False, send_buffer_bytes=65536,
+                       receive_buffer_bytes=-1) as c:
+        await c.refresh_now(2000)
+        assert net.last_buffers == (65536, -1)
