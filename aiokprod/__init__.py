@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiokprod.config import ProducerConfig
     from aiokprod.errors import (
+        AuthenticationError,
         BrokerResponseError,
         BufferExhaustedError,
         ConfigError,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         RecordTooLargeError,
         SerializationError,
     )
+    from aiokprod.network.security import OAuthToken
     from aiokprod.producer.batch import RecordMetadata
     from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.producer import Producer, ProducerHealth
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _ERRORS = (
+    "AuthenticationError",
     "BrokerResponseError",
     "BufferExhaustedError",
     "ConfigError",
@@ -46,6 +49,7 @@ _ERRORS = (
 )
 _LAZY = {
     **{name: "aiokprod.errors" for name in _ERRORS},
+    "OAuthToken": "aiokprod.network.security",
     "Producer": "aiokprod.producer.producer",
     "ProducerHealth": "aiokprod.producer.producer",
     "ProducerConfig": "aiokprod.config",
@@ -54,6 +58,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "AuthenticationError",
     "BrokerResponseError",
     "BufferExhaustedError",
     "ConfigError",
@@ -62,6 +67,7 @@ __all__ = [
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
+    "OAuthToken",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",

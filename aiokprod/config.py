@@ -32,11 +32,15 @@ from typing import Any
 
 from aiokprod.errors import ConfigError
 
-__all__ = ["COMPRESSION_TYPES", "ProducerConfig", "java_name"]
+__all__ = ["COMPRESSION_TYPES", "SASL_MECHANISMS", "ProducerConfig", "java_name"]
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
-_SECURITY_SUPPORTED = ("PLAINTEXT",)
-_SECURITY_LATER = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# Settings whose values are secrets: never in repr(), logs or to_java_names().
+_SECRETS = ("sasl_password", "ssl_password")
+# Other clients' names for our settings (confluent-kafka / librdkafka), read by from_mapping.
+_ALIASES = {"sasl.mechanisms": "sasl_mechanism"}
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 # Java's ZSTD level bounds (Zstd.minCompressionLevel() is -(1 << 17)).
@@ -44,7 +48,15 @@ _ZSTD_MIN, _ZSTD_MAX = -131072, 22
 _client_ids = itertools.count(1)
 
 # Python names whose Java name is not just "dots for underscores".
-_JAVA_OVERRIDES = {"partitioner": "partitioner.class", "interceptors": "interceptor.classes"}
+_JAVA_OVERRIDES = {
+    "partitioner": "partitioner.class",
+    "interceptors": "interceptor.classes",
+    # PEM files: Java reads keystores; these are the names confluent-kafka / librdkafka use
+    "ssl_cafile": "ssl.ca.location",
+    "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location",
+    "ssl_password": "ssl.key.password",
+}
 
 # Integer keys whose only rule is a range: name -> (lowest, highest), Java's validators.
 _INT_RANGES: dict[str, tuple[int, int]] = {
@@ -224,8 +236,28 @@ class ProducerConfig:
     send_buffer_bytes: int
     # SO_RCVBUF for broker sockets; -1 keeps the OS default.
     receive_buffer_bytes: int
-    # Only PLAINTEXT for now.
+    # PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (docs/security.md).
     security_protocol: str
+    # A TLS context the caller built; excludes the ssl_*file options.
+    ssl_context: Any
+    # PEM file of CAs to trust; None uses the system trust store.
+    ssl_cafile: str | None
+    # PEM client certificate (mutual TLS), with its key in ssl_keyfile (or in the same file).
+    ssl_certfile: str | None
+    # PEM private key of the client certificate.
+    ssl_keyfile: str | None
+    # Password of an encrypted ssl_keyfile (a secret: never shown).
+    ssl_password: str | None
+    # "https": the broker's certificate must name the host dialled; "" skips only that check.
+    ssl_endpoint_identification_algorithm: str
+    # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER; required with a SASL protocol.
+    sasl_mechanism: str | None
+    # User for PLAIN and SCRAM.
+    sasl_username: str | None
+    # Password for PLAIN and SCRAM (a secret: never shown).
+    sasl_password: str | None
+    # OAUTHBEARER: async callable returning an OAuthToken (token and expiry).
+    sasl_oauth_token_provider: Callable[..., Any] | None
     # First bound on establishing a connection.
     socket_connection_setup_timeout_ms: int
     # Cap on the exponentially growing connection setup bound.
@@ -276,6 +308,16 @@ class ProducerConfig:
         send_buffer_bytes: int = 131072,
         receive_buffer_bytes: int = 32768,
         security_protocol: str = "PLAINTEXT",
+        ssl_context: Any = None,
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_password: str | None = None,
+        ssl_endpoint_identification_algorithm: str = "https",
+        sasl_mechanism: str | None = None,
+        sasl_username: str | None = None,
+        sasl_password: str | None = None,
+        sasl_oauth_token_provider: Callable[..., Any] | None = None,
         socket_connection_setup_timeout_ms: int = 10000,
         socket_connection_setup_timeout_max_ms: int = 30000,
         metrics_sample_window_ms: int = 30000,
@@ -300,6 +342,7 @@ class ProducerConfig:
         if compression_gzip_level != -1:
             _check_int("compression_gzip_level", compression_gzip_level, 1, 9)
         given["security_protocol"] = self._security(security_protocol)
+        self._check_security(given)
         if transactional_id is not None and (
             not isinstance(transactional_id, str) or not transactional_id
         ):
@@ -317,13 +360,73 @@ class ProducerConfig:
 
     @staticmethod
     def _security(value: object) -> str:
-        if isinstance(value, str) and value.strip().upper() in _SECURITY_LATER:
-            raise _fail(
-                "security_protocol", value, "not supported yet (only PLAINTEXT is implemented)"
-            )
-        return _parse_choice(
-            "security_protocol", value, _SECURITY_SUPPORTED + _SECURITY_LATER, upper=True
-        )
+        return _parse_choice("security_protocol", value, _SECURITY_PROTOCOLS, upper=True)
+
+    @staticmethod
+    def _check_security(given: dict[str, Any]) -> None:
+        """TLS and SASL options must fit the protocol: a setting the protocol would ignore is
+        an error, so a typo in security_protocol cannot silently send credentials in clear."""
+        import ssl
+
+        protocol = given["security_protocol"]
+        tls = protocol in ("SSL", "SASL_SSL")
+        sasl = protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        files = [n for n in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password")
+                 if given[n] is not None]
+        for name in files:
+            if not isinstance(given[name], str) or not given[name]:
+                raise _fail(name, "***" if name in _SECRETS else given[name],
+                            "expected a non-empty string or None")
+        context = given["ssl_context"]
+        if context is not None and not isinstance(context, ssl.SSLContext):
+            raise _fail("ssl_context", context, "expected an ssl.SSLContext or None")
+        if not tls and (context is not None or files):
+            name = "ssl_context" if context is not None else files[0]
+            raise _fail(name, "***" if name in _SECRETS else given[name],
+                        f"TLS options need security_protocol SSL or SASL_SSL, not {protocol}")
+        if context is not None and files:
+            raise _fail(files[0], "***" if files[0] in _SECRETS else given[files[0]],
+                        "give either ssl_context or the ssl_*file options, not both")
+        if given["ssl_keyfile"] is not None and given["ssl_certfile"] is None:
+            raise _fail("ssl_keyfile", given["ssl_keyfile"], "needs ssl_certfile too")
+        algorithm = given["ssl_endpoint_identification_algorithm"]
+        if algorithm not in ("https", ""):
+            raise _fail("ssl_endpoint_identification_algorithm", algorithm,
+                        'expected "https" (check the host name) or "" (do not)')
+        mechanism = given["sasl_mechanism"]
+        credentials = [n for n in ("sasl_username", "sasl_password",
+                                   "sasl_oauth_token_provider") if given[n] is not None]
+        if not sasl:
+            if mechanism is not None or credentials:
+                name = "sasl_mechanism" if mechanism is not None else credentials[0]
+                raise _fail(name, "***" if name in _SECRETS else given[name],
+                            f"SASL options need security_protocol SASL_PLAINTEXT or SASL_SSL, "
+                            f"not {protocol}")
+            return
+        if mechanism is None:
+            raise _fail("sasl_mechanism", None,
+                        f"required with security_protocol={protocol}: one of "
+                        f"{', '.join(SASL_MECHANISMS)}")
+        mechanism = _parse_choice("sasl_mechanism", mechanism, SASL_MECHANISMS, upper=True)
+        given["sasl_mechanism"] = mechanism
+        if mechanism == "OAUTHBEARER":
+            provider = given["sasl_oauth_token_provider"]
+            if provider is None or not callable(provider):
+                raise _fail("sasl_oauth_token_provider", provider,
+                            "OAUTHBEARER needs an async callable returning an OAuthToken")
+        else:
+            for name in ("sasl_username", "sasl_password"):
+                if not isinstance(given[name], str) or not given[name]:
+                    raise _fail(name, "***" if name in _SECRETS else given[name],
+                                f"{mechanism} needs sasl_username and sasl_password")
+
+    def __repr__(self) -> str:
+        def shown(name: str) -> str:
+            value = getattr(self, name)
+            return "'***'" if name in _SECRETS and value is not None else repr(value)
+
+        return "ProducerConfig(" + ", ".join(f"{f.name}={shown(f.name)}" for f in fields(self)) \
+            + ")"
 
     @staticmethod
     def _delivery_timeout(given: Mapping[str, Any]) -> int:
@@ -397,7 +500,8 @@ class ProducerConfig:
         by_java = {java_name(n): n for n in names}
         kwargs: dict[str, object] = {}
         for key, value in mapping.items():
-            name = by_java.get(key) or (key if key in params and key != "self" else None)
+            name = by_java.get(key) or _ALIASES.get(key) or (
+                key if key in params and key != "self" else None)
             if name is None:
                 known = list(by_java) + names
                 close = difflib.get_close_matches(key, known, n=1)
@@ -419,6 +523,8 @@ class ProducerConfig:
                 value = getattr(self, f.name)
                 if f.name == "bootstrap_servers":
                     value = ",".join(value)
+                elif f.name in _SECRETS and value is not None:
+                    value = "***"
                 out[java_name(f.name)] = value
         return out
 

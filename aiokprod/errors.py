@@ -17,6 +17,7 @@
           │    └── RequestTimeoutError           no response within request_timeout_ms
           ├── KafkaConnectionError               (also ConnectionError) socket refused/reset/closed
           ├── ProtocolError                      malformed or truncated bytes from a broker
+          ├── AuthenticationError                TLS or SASL authentication failed
           ├── ProducerClosedError                the producer is closed or closing
           └── IllegalStateError                  (also RuntimeError) an illegal state transition
 
@@ -1702,4 +1703,16 @@ class IllegalTopicNameError(InvalidTopicError, ValueError):
     """
 
 
-__all__ += ["IllegalTopicNameError"]
+class AuthenticationError(KafkaError):
+    """TLS or SASL authentication with a broker failed: wrong credentials, an unknown user, an
+    untrusted or mismatched certificate, or a mechanism the broker does not enable.
+
+    Not retriable with the same credentials; the message names the broker, the mechanism and
+    the cause, never a secret.
+    """
+
+    retriable = False
+    message = "Authentication with the broker failed."
+
+
+__all__ += ["AuthenticationError", "IllegalTopicNameError"]

@@ -31,6 +31,7 @@ from typing import Any
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod.config import parse_bootstrap_servers
 from aiokprod.errors import (
+    AuthenticationError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
@@ -51,6 +52,7 @@ from aiokprod.network.nodes import (
     least_loaded_node,
     should_dial_another,
 )
+from aiokprod.network.security import SecurityOptions
 from aiokprod.protocol import MetadataRequest
 
 __all__ = ["Cluster", "ClusterStatistics", "parse_bootstrap"]
@@ -125,6 +127,7 @@ class Cluster:
         receive_buffer_bytes: int = 32768,
         dial_stagger_ms: float = 250.0,
         connector: TransportConnector | None = None,
+        security: SecurityOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
@@ -139,6 +142,10 @@ class Cluster:
         # while every attempt under way is older than this, one more node may be dialled
         self._dial_stagger = dial_stagger_ms / 1000
         self._connector = connector
+        self._security = security
+        # the latest TLS/SASL failure, until a connection authenticates: waiters fail with it
+        # at once instead of waiting out max.block.ms (retrying cannot fix credentials)
+        self._auth_error: AuthenticationError | None = None
         self._clock = clock
         self._states = NodeConnectionStates(
             ExponentialBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms),
@@ -291,6 +298,8 @@ class Cluster:
             if self._closed:
                 raise KafkaConnectionError(
                     f"[client {self.client_id}] closed while waiting for metadata of {topic!r}")
+            if self._auth_error is not None:
+                raise AuthenticationError(str(self._auth_error))
             code = self.view.topic_errors.get(topic)
             if code is not None and code in _FATAL_TOPIC_ERRORS:
                 err = error_for_code(code)
@@ -625,6 +634,10 @@ class Cluster:
             if dial is not None:
                 self._start_connect(dial.node_id, self._links[dial.node_id])
                 continue
+            if self._auth_error is not None:
+                # the last attempt was refused on credentials or certificate; the next dial
+                # waits for its backoff, so say why now rather than at the deadline
+                raise AuthenticationError(str(self._auth_error))
             remaining = deadline - now
             if remaining <= 0:
                 raise KafkaConnectionError(self._no_connection_message(timeout_ms, candidates))
@@ -703,13 +716,17 @@ class Cluster:
                 request_timeout_ms=self.request_timeout_ms, connect_timeout_ms=setup_ms,
                 send_buffer_bytes=self._socket_buffers[0],
                 receive_buffer_bytes=self._socket_buffers[1],
-                connector=self._connector, clock=self._clock)
+                connector=self._connector, security=self._security, clock=self._clock)
         except BaseException as exc:
             if link.connecting is asyncio.current_task():
                 link.connecting = None
             link.last_error = exc
             if self._links.get(node_id) is link:  # not dropped meanwhile (broker left)
                 self._states.disconnected(node_id, self._clock())
+            if isinstance(exc, AuthenticationError):
+                log.error("%s", exc)  # names the client, the broker and the cause
+                self._auth_error = exc
+                self._signal_waiters()
             if not isinstance(exc, asyncio.CancelledError):
                 self._failed_connects += 1
                 log.debug("[client %s] node %d (%s:%d): connect failed (attempt %d): %s",
@@ -726,6 +743,7 @@ class Cluster:
             raise KafkaConnectionError(f"[client {self.client_id}] node {node_id} link dropped")
         link.connection = conn
         link.last_error = None
+        self._auth_error = None
         self._states.ready(node_id)
         if self.on_connection_latency is not None:
             hook = self.on_connection_latency

@@ -27,8 +27,10 @@ like any request (Java's NetworkClient completes an acks=0 send only once the so
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -37,12 +39,20 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, cast
 
 from aiokprod.errors import (
+    AuthenticationError,
     KafkaConnectionError,
     KafkaError,
     ProtocolError,
     RequestTimeoutError,
     UnsupportedVersionError,
     raise_for_error_code,
+)
+from aiokprod.network.security import (
+    PLAINTEXT,
+    SecurityOptions,
+    authenticate,
+    build_ssl_context,
+    reauthentication_delay,
 )
 from aiokprod.protocol import (
     ApiVersionsRequest,
@@ -193,11 +203,14 @@ TransportConnector = Callable[[str, int, Callable[[], asyncio.Protocol], int, in
 
 
 async def tcp_connect(host: str, port: int, protocol_factory: Callable[[], asyncio.Protocol],
-                      send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1) -> None:
+                      send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1, *,
+                      ssl_context: ssl.SSLContext | None = None) -> None:
     """Connect over TCP, trying each resolved address in turn (``use_all_dns_ips``).
 
     The buffer sizes are set before connecting, as the Java client does: the receive buffer
-    decides the TCP window scale, which is fixed during the handshake.
+    decides the TCP window scale, which is fixed during the handshake. With ``ssl_context`` the
+    TLS handshake follows, verifying the certificate against ``host`` (the name or address the
+    client dialled) when the context checks host names.
     """
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -218,7 +231,11 @@ async def tcp_connect(host: str, port: int, protocol_factory: Callable[[], async
         except BaseException:
             sock.close()
             raise
-        await loop.create_connection(protocol_factory, sock=sock)
+        if ssl_context is None:
+            await loop.create_connection(protocol_factory, sock=sock)
+        else:
+            await loop.create_connection(protocol_factory, sock=sock, ssl=ssl_context,
+                                         server_hostname=host)
         return
     raise last if last is not None else OSError(f"no address found for {host}:{port}")
 
@@ -241,8 +258,10 @@ class BrokerConnection:
         clock: Callable[[], float] = time.monotonic,
         software_name: str = "aiokprod",
         software_version: str = "0.1.0",
+        security: SecurityOptions | None = None,
     ) -> None:
         self.host = host
+        self._security = security if security is not None else PLAINTEXT
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
@@ -283,6 +302,15 @@ class BrokerConnection:
         self.timeouts = 0
         # Called with (api_key, latency_seconds) for every answered request: the metrics hook.
         self.on_latency: Callable[[int, float], None] | None = None
+        # KIP-368: while re-authenticating, other requests wait here (request, version,
+        # timeout_ms, expect_response, future) and go out, in order, once it is done
+        self._held: list[tuple[KafkaRequest, int | None, int | None, bool,
+                               asyncio.Future[Any]]] | None = None
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
+        # SASL session lifetime the broker gave (ms; 0: none) and re-authentications done
+        self.session_lifetime_ms = 0
+        self.reauthentications = 0
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -307,6 +335,11 @@ class BrokerConnection:
         """
         conn = cls(host, port, **kwargs)
         connect = tcp_connect if connector is None else connector
+        context = conn._security.ssl_context
+        if connector is None and conn._security.uses_tls:
+            if context is None:
+                context = build_ssl_context()
+            connect = functools.partial(tcp_connect, ssl_context=context)
         try:
             await asyncio.wait_for(
                 conn._setup(connect, send_buffer_bytes, receive_buffer_bytes),
@@ -317,9 +350,20 @@ class BrokerConnection:
                 f"socket.connection.setup.timeout.ms={round(connect_timeout_ms)}")
             conn.close(error)
             raise error from exc
+        except ssl.SSLError as exc:
+            # an untrusted or mismatched certificate, or a peer that does not speak TLS:
+            # retrying the same settings will not help, so it is not a connection error
+            auth = AuthenticationError(
+                f"{conn._name}: TLS handshake failed ({conn._security.protocol}): "
+                f"{getattr(exc, 'verify_message', None) or exc.reason or exc}")
+            conn.close(auth)
+            raise auth from None
         except OSError as exc:
             conn.close(KafkaConnectionError(f"{conn._name}: {exc}"))
             raise KafkaConnectionError(f"{conn._name}: cannot connect: {exc}") from exc
+        except AuthenticationError as exc:
+            conn.close(exc)
+            raise
         except BaseException:
             conn.close(KafkaConnectionError(f"{conn._name}: connection setup abandoned"))
             raise
@@ -330,6 +374,57 @@ class BrokerConnection:
         await connect(self.host, self.port, lambda: _WireProtocol(self), send_buffer_bytes,
                       receive_buffer_bytes)
         await self._handshake()
+        if self._security.uses_sasl:
+            await self._authenticate()
+
+    # ---- SASL (KIP-368 re-authentication included) ------------------------------------------
+
+    async def _authenticate(self) -> None:
+        lifetime = await authenticate(self._request_now, self.broker_versions, self._security,
+                                      broker=self._name)
+        self.session_lifetime_ms = lifetime
+        delay = reauthentication_delay(lifetime)
+        if delay is not None and self._closed_cause is None:
+            self._reauth_timer = self._loop.call_later(delay, self._start_reauthentication)
+
+    def _start_reauthentication(self) -> None:
+        """The session nears its end: authenticate again on this same connection.
+
+        Requests already written stay in the pipeline (the broker answers them in order before
+        the SASL ones); requests sent meanwhile are held and written afterwards, in order, so
+        nothing fails and nothing is reordered.
+        """
+        self._reauth_timer = None
+        if self._closed_cause is not None:
+            return
+        self._held = []
+        self._reauth_task = self._loop.create_task(
+            self._reauthenticate(), name=f"aiokprod-reauth[{self.node_id}]")
+
+    async def _reauthenticate(self) -> None:
+        try:
+            await self._authenticate()
+        except BaseException as exc:
+            cause = exc if isinstance(exc, KafkaError) else AuthenticationError(
+                f"{self._name}: re-authentication failed: {type(exc).__name__}: {exc}")
+            self._fail(cause)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        finally:
+            self._reauth_task = None
+        self.reauthentications += 1
+        log.debug("%s: re-authenticated (session lifetime %d ms)", self._name,
+                  self.session_lifetime_ms)
+        held, self._held = self._held or [], None
+        for request, version, timeout_ms, expect, future in held:
+            _chain(self._send_now(request, version, timeout_ms, expect), future)
+        if self.on_writable is not None and self.writable:
+            self.on_writable()
+
+    def _request_now(self, request: KafkaRequest, version: int) -> asyncio.Future[Any]:
+        """Send past the re-authentication hold: the SASL exchange itself."""
+        return self._send_now(request, version, None, True)
 
     async def _handshake(self) -> None:
         """ApiVersions v3 (client name/version), falling back on UNSUPPORTED_VERSION.
@@ -395,7 +490,7 @@ class BrokerConnection:
     def writable(self) -> bool:
         """Connected and not write-paused: more requests would not just pile up in memory."""
         return not self._write_paused and self._transport is not None and \
-            self._closed_cause is None
+            self._closed_cause is None and self._held is None
 
     @property
     def paused(self) -> bool:
@@ -433,7 +528,17 @@ class BrokerConnection:
         never answers) the future resolves to None once the bytes have left the transport's
         buffer (see the module docstring): at once unless the write paused the transport,
         else on ``resume_writing``; it fails with the connection, or after ``request_timeout_ms``.
+        While the connection re-authenticates (KIP-368) the request is held and written after.
         """
+        held = self._held
+        if held is not None and self._closed_cause is None:
+            waiting: asyncio.Future[Any] = self._loop.create_future()
+            held.append((request, version, timeout_ms, expect_response, waiting))
+            return waiting
+        return self._send_now(request, version, timeout_ms, expect_response)
+
+    def _send_now(self, request: KafkaRequest, version: int | None, timeout_ms: int | None,
+                  expect_response: bool) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = self._loop.create_future()
         cause = self._closed_cause
         transport = self._transport
@@ -623,7 +728,10 @@ class BrokerConnection:
         else:
             cause = self._closed_cause
         if first:
-            level = logging.DEBUG if isinstance(cause, KafkaConnectionError) else logging.WARNING
+            # connection losses are routine, and the cluster logs authentication failures once
+            level = logging.DEBUG if isinstance(cause, (KafkaConnectionError,
+                                                        AuthenticationError)) \
+                else logging.WARNING
             log.log(level, "%s: closing: %s (%d in flight)", self._name, cause, len(self._pending))
         if self._timer is not None:
             self._timer.cancel()
@@ -639,6 +747,15 @@ class BrokerConnection:
                 future.set_exception(cause)
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
+        held, self._held = self._held, None
+        for _, _, _, _, future in held or ():
+            if not future.done():
+                future.set_exception(cause)
+        if self._reauth_task is not None and self._reauth_task is not asyncio.current_task():
+            self._reauth_task.cancel()
         if self._transport is not None:
             self._transport.abort()
         self._closed_event.set()
@@ -678,6 +795,23 @@ class BrokerConnection:
         state = "connected" if self.connected else f"closed ({self._closed_cause})"
         return (f"<BrokerConnection node={self.node_id} {self.host}:{self.port} {state} "
                 f"in_flight={len(self._pending)} sent={self.requests_sent}>")
+
+
+def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
+    """Complete ``target`` as ``source`` completes (a held request's caller-facing future)."""
+    def copy(done: asyncio.Future[Any]) -> None:
+        if target.done():
+            if not done.cancelled():
+                done.exception()
+            return
+        if done.cancelled():
+            target.cancel()
+        elif done.exception() is not None:
+            target.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -29,6 +29,7 @@ from aiokprod.errors import (
 from aiokprod.metrics import ProducerMetrics
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicMetadata
+from aiokprod.network.security import options_from_config
 from aiokprod.producer.accumulator import RecordAccumulator, estimate_record_size
 from aiokprod.producer.batch import RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
@@ -118,7 +119,8 @@ class Producer:
             metadata_max_idle_ms=cfg.metadata_max_idle_ms,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             send_buffer_bytes=cfg.send_buffer_bytes,
-            receive_buffer_bytes=cfg.receive_buffer_bytes, clock=clock)
+            receive_buffer_bytes=cfg.receive_buffer_bytes,
+            security=options_from_config(cfg), clock=clock)
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size, clock=clock,
                                 metrics=self._metrics, on_wait=self._wakeup)
         self._compression = CompressionType.from_name(cfg.compression_type)

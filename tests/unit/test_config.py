@@ -47,6 +47,16 @@ JAVA_DEFAULTS: dict[str, object] = {
     "send.buffer.bytes": 131072,
     "receive.buffer.bytes": 32768,
     "security.protocol": "PLAINTEXT",
+    "ssl.endpoint.identification.algorithm": "https",
+    "ssl.ca.location": None,
+    "ssl.certificate.location": None,
+    "ssl.key.location": None,
+    "ssl.key.password": None,
+    "ssl.context": None,
+    "sasl.mechanism": None,  # Java's GSSAPI (Kerberos) is not offered: it must be chosen
+    "sasl.username": None,
+    "sasl.password": None,
+    "sasl.oauth.token.provider": None,
     "socket.connection.setup.timeout.ms": 10000,
     "socket.connection.setup.timeout.max.ms": 30000,
     "metrics.sample.window.ms": 30000,
@@ -166,10 +176,36 @@ def test_compression_type_case_and_level_lookup() -> None:
     assert gzip.compression_level() is None  # -1: the codec default (KIP-390)
 
 
-@pytest.mark.parametrize("proto", ["SSL", "sasl_ssl", "SASL_PLAINTEXT"])
-def test_security_protocols_other_than_plaintext_unsupported_yet(proto: str) -> None:
-    with pytest.raises(ConfigError, match="not supported yet"):
-        ProducerConfig(bootstrap_servers=BOOT, security_protocol=proto)
+def test_security_options_must_fit_the_protocol() -> None:
+    ok = ProducerConfig(bootstrap_servers=BOOT, security_protocol="sasl_ssl",
+                        sasl_mechanism="scram-sha-512", sasl_username="u", sasl_password="pw")
+    assert ok.security_protocol == "SASL_SSL" and ok.sasl_mechanism == "SCRAM-SHA-512"
+    with pytest.raises(ConfigError, match="sasl_mechanism.*required"):
+        ProducerConfig(bootstrap_servers=BOOT, security_protocol="SASL_PLAINTEXT")
+    with pytest.raises(ConfigError, match="sasl_password"):
+        ProducerConfig(bootstrap_servers=BOOT, security_protocol="SASL_PLAINTEXT",
+                       sasl_mechanism="PLAIN", sasl_username="u")
+    with pytest.raises(ConfigError, match="SASL options need"):
+        ProducerConfig(bootstrap_servers=BOOT, security_protocol="SSL",
+                       sasl_mechanism="PLAIN", sasl_username="u", sasl_password="pw")
+    with pytest.raises(ConfigError, match="TLS options need"):
+        ProducerConfig(bootstrap_servers=BOOT, ssl_cafile="/ca.pem")
+    with pytest.raises(ConfigError, match="needs ssl_certfile"):
+        ProducerConfig(bootstrap_servers=BOOT, security_protocol="SSL", ssl_keyfile="/k.pem")
+    with pytest.raises(ConfigError, match="OAUTHBEARER needs"):
+        ProducerConfig(bootstrap_servers=BOOT, security_protocol="SASL_SSL",
+                       sasl_mechanism="OAUTHBEARER")
+
+
+def test_secrets_never_show_in_repr_or_java_names() -> None:
+    config = ProducerConfig.from_mapping({
+        "bootstrap.servers": BOOT, "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice", "sasl.password": "hunter2-secret",
+        "ssl.ca.location": "/etc/ca.pem"})
+    assert config.ssl_cafile == "/etc/ca.pem"  # confluent's name maps to ours
+    assert "hunter2-secret" not in repr(config)
+    assert "hunter2-secret" not in str(config.to_java_names())
+    assert config.sasl_password == "hunter2-secret"
 
 
 def test_unknown_security_protocol_lists_allowed() -> None:

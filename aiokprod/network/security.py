@@ -1,0 +1,349 @@
+"""TLS and SASL for broker connections: what ``security_protocol`` asks of a new connection.
+
+Four protocols, as Kafka names them: ``PLAINTEXT``, ``SSL`` (TLS), ``SASL_PLAINTEXT`` (SASL over
+TCP) and ``SASL_SSL`` (SASL over TLS). TLS is asyncio's own (an ``ssl.SSLContext`` given to
+``create_connection``); SASL runs right after the ApiVersions handshake, as two Kafka requests:
+
+1. ``SaslHandshake`` names the mechanism; the broker answers with the ones it enables, or
+   UNSUPPORTED_SASL_MECHANISM.
+2. ``SaslAuthenticate`` carries the mechanism's messages (one round for PLAIN and OAUTHBEARER,
+   two for SCRAM) until the mechanism is done. From v1 the last answer carries
+   ``session_lifetime_ms``: the broker closes the connection when the session expires unless the
+   client authenticates again on the same connection first (KIP-368), which
+   ``BrokerConnection`` schedules with ``reauthentication_delay``.
+
+Mechanisms are small classes with no I/O, so they are tested without a broker; SCRAM's messages
+and the check of the server's signature come from ``scramp``. Secrets never reach a message, a
+log line or a ``repr``.
+"""
+
+from __future__ import annotations
+
+import random
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokprod.errors import AuthenticationError
+
+__all__ = [
+    "MECHANISMS",
+    "PLAINTEXT",
+    "OAuthBearerMechanism",
+    "OAuthToken",
+    "PlainMechanism",
+    "SaslMechanism",
+    "ScramMechanism",
+    "SecurityOptions",
+    "authenticate",
+    "build_ssl_context",
+    "options_from_config",
+    "reauthentication_delay",
+]
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+@dataclass(frozen=True)
+class OAuthToken:
+    """What an OAUTHBEARER token provider returns: the token and when it stops being valid."""
+
+    token: str
+    expires_at_ms: int  # wall-clock ms since the epoch, like a JWT's ``exp`` * 1000
+    principal: str | None = None  # informative only
+    extensions: dict[str, str] = field(default_factory=dict)  # SASL extensions (KIP-342)
+
+
+#: The OAUTHBEARER callback: an async callable returning the current token.
+TokenProvider = Callable[[], Awaitable[OAuthToken]]
+
+
+class SaslMechanism(Protocol):
+    """One client side of a SASL exchange. ``first_message`` starts it; each broker answer goes
+    to ``respond``, which returns the next message or None when the client has nothing more to
+    say; ``done`` tells whether the exchange is complete (and verified, for SCRAM)."""
+
+    name: str
+
+    async def first_message(self) -> bytes: ...
+
+    def respond(self, challenge: bytes) -> bytes | None: ...
+
+    @property
+    def done(self) -> bool: ...
+
+
+class PlainMechanism:
+    """SASL/PLAIN (RFC 4616): authzid NUL user NUL password, one round."""
+
+    name = "PLAIN"
+
+    def __init__(self, username: str, password: str) -> None:
+        self._username = username
+        self._password = password
+        self._sent = False
+
+    async def first_message(self) -> bytes:
+        self._sent = True
+        return b"\x00" + self._username.encode() + b"\x00" + self._password.encode()
+
+    def respond(self, challenge: bytes) -> bytes | None:
+        return None  # the broker's empty answer ends it
+
+    @property
+    def done(self) -> bool:
+        return self._sent
+
+    def __repr__(self) -> str:
+        return f"<PlainMechanism user={self._username!r}>"
+
+
+class ScramMechanism:
+    """SASL/SCRAM-SHA-256 and -512 (RFC 5802, 7677) through ``scramp``: client-first,
+    client-final, and the server's signature checked before the exchange counts as done."""
+
+    def __init__(self, name: str, username: str, password: str) -> None:
+        if name not in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ValueError(f"not a SCRAM mechanism: {name!r}")
+        import scramp  # type: ignore[import-untyped]  # no stubs; the four calls below are typed here
+
+        self.name = name
+        self._username = username
+        self._client = scramp.ScramClient([name], username, password)
+        self._step = 0  # 0: nothing sent; 1: client-first sent; 2: client-final sent; 3: done
+
+    async def first_message(self) -> bytes:
+        self._step = 1
+        first: str = self._client.get_client_first()
+        return first.encode()
+
+    def respond(self, challenge: bytes) -> bytes | None:
+        from scramp import ScramException
+
+        try:
+            if self._step == 1:
+                self._client.set_server_first(challenge.decode())
+                self._step = 2
+                final: str = self._client.get_client_final()
+                return final.encode()
+            if self._step == 2:
+                self._client.set_server_final(challenge.decode())  # checks the signature
+                self._step = 3
+                return None
+        except (ScramException, UnicodeDecodeError) as exc:
+            raise AuthenticationError(f"{self.name}: the broker's answer failed the SCRAM "
+                                      f"exchange: {_no_secret(exc)}") from None
+        raise AuthenticationError(f"{self.name}: unexpected message after the exchange ended")
+
+    @property
+    def done(self) -> bool:
+        return self._step == 3
+
+    def __repr__(self) -> str:
+        return f"<ScramMechanism {self.name} user={self._username!r} step={self._step}>"
+
+
+class OAuthBearerMechanism:
+    """SASL/OAUTHBEARER (RFC 7628, KIP-255): the GS2 header with the bearer token, one round.
+
+    The token comes from the user's async provider on every (re-)authentication, so a token
+    refreshed by the provider is what the broker sees next time.
+    """
+
+    name = "OAUTHBEARER"
+
+    def __init__(self, provider: TokenProvider) -> None:
+        self._provider = provider
+        self._sent = False
+        self.token_expires_at_ms: int | None = None  # the last token's expiry, for re-auth
+
+    async def first_message(self) -> bytes:
+        token = await self._provider()
+        if not isinstance(token, OAuthToken) or not token.token:
+            raise AuthenticationError("OAUTHBEARER: the token provider returned no token "
+                                      "(expected an aiokprod.network.security.OAuthToken)")
+        self.token_expires_at_ms = token.expires_at_ms
+        ext = "".join(f"{k}={v}\x01" for k, v in sorted(token.extensions.items()))
+        self._sent = True
+        return f"n,,\x01auth=Bearer {token.token}\x01{ext}\x01".encode()
+
+    def respond(self, challenge: bytes) -> bytes | None:
+        if challenge:
+            # RFC 7628: an error is a JSON challenge; answer %x01 so the broker fails the
+            # exchange with its error (the challenge names the status, never our token)
+            raise AuthenticationError(f"OAUTHBEARER: the broker refused the token: "
+                                      f"{challenge.decode(errors='replace')[:200]}")
+        return None
+
+    @property
+    def done(self) -> bool:
+        return self._sent
+
+    def __repr__(self) -> str:
+        return "<OAuthBearerMechanism>"
+
+
+@dataclass(frozen=True, repr=False)
+class SecurityOptions:
+    """Everything a connection needs to secure itself; built once from the producer config."""
+
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    sasl_oauth_token_provider: TokenProvider | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def new_mechanism(self) -> SaslMechanism:
+        """A fresh mechanism for one exchange (authentication or re-authentication)."""
+        name = self.sasl_mechanism or "PLAIN"
+        if name == "OAUTHBEARER":
+            if self.sasl_oauth_token_provider is None:
+                raise AuthenticationError("OAUTHBEARER needs sasl_oauth_token_provider")
+            return OAuthBearerMechanism(self.sasl_oauth_token_provider)
+        if self.sasl_username is None or self.sasl_password is None:
+            raise AuthenticationError(f"{name} needs sasl_username and sasl_password")
+        if name == "PLAIN":
+            return PlainMechanism(self.sasl_username, self.sasl_password)
+        return ScramMechanism(name, self.sasl_username, self.sasl_password)
+
+    def __repr__(self) -> str:
+        user = f" user={self.sasl_username!r}" if self.sasl_username else ""
+        mech = f" {self.sasl_mechanism}" if self.uses_sasl else ""
+        return f"<SecurityOptions {self.protocol}{mech}{user}>"
+
+
+#: No TLS, no SASL: what a connection uses unless told otherwise.
+PLAINTEXT = SecurityOptions()
+
+
+def options_from_config(config: Any) -> SecurityOptions:
+    """The ``SecurityOptions`` a ``ProducerConfig`` asks for, TLS context built once.
+
+    Raises ``ConfigError`` naming the setting when a CA, certificate or key file cannot be read,
+    so a typo fails at ``start()`` rather than as a connection error per broker later.
+    """
+    from aiokprod.errors import ConfigError
+
+    protocol = config.security_protocol
+    context: ssl.SSLContext | None = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = config.ssl_context
+        if context is None:
+            if config.ssl_cafile is not None:
+                try:
+                    with open(config.ssl_cafile, "rb"):
+                        pass
+                except OSError as exc:
+                    raise ConfigError(f"Invalid value {config.ssl_cafile!r} for configuration "
+                                      f"ssl.ca.location (ssl_cafile): {exc.strerror}") from None
+            try:
+                context = build_ssl_context(
+                    cafile=config.ssl_cafile, certfile=config.ssl_certfile,
+                    keyfile=config.ssl_keyfile, password=config.ssl_password,
+                    check_hostname=config.ssl_endpoint_identification_algorithm == "https")
+            except (AuthenticationError, ssl.SSLError) as exc:
+                raise ConfigError(f"TLS settings (ssl_cafile/ssl_certfile/ssl_keyfile): "
+                                  f"{exc}") from None
+    return SecurityOptions(
+        protocol=protocol, ssl_context=context, sasl_mechanism=config.sasl_mechanism,
+        sasl_username=config.sasl_username, sasl_password=config.sasl_password,
+        sasl_oauth_token_provider=config.sasl_oauth_token_provider)
+
+
+def build_ssl_context(
+    *,
+    cafile: str | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    password: str | None = None,
+    check_hostname: bool = True,
+) -> ssl.SSLContext:
+    """A client TLS context: verification on, the system trust store unless ``cafile`` is given,
+    a client certificate for mutual TLS if ``certfile`` is given.
+
+    ``check_hostname=False`` (Java's empty ``ssl.endpoint.identification.algorithm``) still
+    verifies the chain but accepts a certificate issued for another host: only for development
+    clusters whose certificates name no usable host.
+    """
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    context.check_hostname = check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED
+    if certfile is not None:
+        try:
+            context.load_cert_chain(certfile, keyfile, password)
+        except (OSError, ssl.SSLError) as exc:
+            raise AuthenticationError(
+                f"cannot load the client certificate {certfile!r} / key {keyfile!r}: "
+                f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}") from None
+    return context
+
+
+def reauthentication_delay(session_lifetime_ms: int, *, rng: random.Random | None = None
+                           ) -> float | None:
+    """Seconds after authentication to authenticate again, or None if the session never ends.
+
+    Like the Java client (KIP-368): at 85-95% of the session lifetime, drawn at random so the
+    connections of a large fleet do not all re-authenticate at the same instant.
+    """
+    if session_lifetime_ms <= 0:
+        return None
+    fraction = (rng or random).uniform(0.85, 0.95)
+    return session_lifetime_ms * fraction / 1000
+
+
+async def authenticate(
+    request: Callable[[Any, int], Awaitable[Any]],
+    versions: dict[int, tuple[int, int]],
+    options: SecurityOptions,
+    *,
+    broker: str,
+) -> int:
+    """Run SaslHandshake + SaslAuthenticate through ``request(message, version)``.
+
+    Returns the session lifetime in ms (0: no expiry). Raises ``AuthenticationError`` naming the
+    broker, the mechanism and the cause — never the secret.
+    """
+    from aiokprod.protocol import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    mechanism = options.new_mechanism()
+    name = mechanism.name
+    hs_range = versions.get(SaslHandshakeRequest.API_KEY)
+    auth_range = versions.get(SaslAuthenticateRequest.API_KEY)
+    if hs_range is None or auth_range is None or hs_range[1] < 1:
+        raise AuthenticationError(f"{broker}: the broker does not offer SASL authentication "
+                                  f"through SaslAuthenticate (needs SaslHandshake v1+)")
+    hs_version = min(SaslHandshakeRequest.MAX_VERSION, hs_range[1])
+    auth_version = min(SaslAuthenticateRequest.MAX_VERSION, auth_range[1])
+    handshake = await request(SaslHandshakeRequest(mechanism=name), hs_version)
+    if handshake.error_code != 0:
+        offered = ", ".join(handshake.mechanisms) or "none"
+        raise AuthenticationError(f"{broker}: the broker does not enable SASL mechanism {name} "
+                                  f"(it offers: {offered})")
+    message: bytes | None = await mechanism.first_message()
+    lifetime = 0
+    while message is not None:
+        response = await request(SaslAuthenticateRequest(auth_bytes=message), auth_version)
+        if response.error_code != 0:
+            detail = response.error_message or f"error code {response.error_code}"
+            raise AuthenticationError(f"{broker}: SASL {name} authentication failed: "
+                                      f"{_no_secret(detail)}")
+        lifetime = getattr(response, "session_lifetime_ms", 0) or 0
+        message = mechanism.respond(response.auth_bytes or b"")
+    if not mechanism.done:
+        raise AuthenticationError(f"{broker}: SASL {name} ended before the exchange completed")
+    return int(lifetime)
+
+
+def _no_secret(detail: object) -> str:
+    """Broker and library messages name the user at most; cut them short all the same."""
+    return str(detail)[:300]
