@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -282,6 +282,15 @@ logger.coord.level = WARN
 """
 
 
+def _random_cluster_id() -> str:
+    """A Kafka Uuid string (22 url-safe base64 characters). Like Kafka's ``Uuid.randomUuid``
+    it never starts with "-", which a command line would read as an option."""
+    while True:
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not value.startswith("-"):
+            return value
+
+
 def _free_ports(count: int) -> list[int]:
     """Distinct free loopback ports (held together while picking, so they differ)."""
     socks = []
@@ -386,7 +395,7 @@ class KafkaCluster:
         self.stop_grace = stop_grace
         # Fresh per cluster: the readiness check compares it, so a foreign broker that won a
         # port race is never taken for ours.
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        self.cluster_id = _random_cluster_id()
         self.tls: TlsMaterial | None = None
         self._nodes: dict[int, _Node] = {}
         # Seconds from the first exec to the whole cluster being ready (set by start()).
@@ -619,7 +628,7 @@ class KafkaCluster:
 
     def _format_argv(self, node: _Node) -> list[str]:
         argv = self._java(node, "kafka.tools.StorageTool", "format", "--config",
-                          str(node.config), "--cluster-id", self.cluster_id)
+                          str(node.config), f"--cluster-id={self.cluster_id}")
         if self.security is not None:
             for user in self.security.users:
                 for mechanism in SCRAM_MECHANISMS:
@@ -890,15 +899,3 @@ class KafkaCluster:
                 raise KafkaClusterError(f"CreateTopics {name!r}: error {result.error_code} "
                                         f"({result.error_message})")
         return self.wait_for_partitions(name, count=partitions, timeout=timeout)
-
-    @contextlib.contextmanager
-    def broker_down(self, node_id: int, *, kill: bool = True) -> Iterator[None]:
-        """``node_id`` killed (or stopped) inside the block, started again (data kept) after."""
-        if kill:
-            self.kill_broker(node_id)
-        else:
-            self.stop_broker(node_id)
-        try:
-            yield
-        finally:
-            self.start_broker(node_id)

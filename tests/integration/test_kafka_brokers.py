@@ -1,0 +1,164 @@
+"""Brokers going away under the producer, on Apache Kafka with real replication and storage.
+
+* A leader move: in a 3-node cluster (RF 3, ``min.insync.replicas=2``) the leader of a
+  partition is killed (SIGKILL) while an idempotent ``acks=all`` producer streams keyed
+  records. Kafka elects a replica from the ISR, which also holds the producer state of every
+  replicated batch, so retries of batches the dead leader had appended are recognised as
+  duplicates. The librdkafka mock cluster cannot show this (it does not de-duplicate).
+* A restart with data kept: one node stopped (SIGTERM) or killed (SIGKILL) and started again on
+  the same port while records wait. Kafka restores producer state from its snapshot or, after
+  a crash, by reading the log again, so the producer's sequences carry on with no new
+  producer id; Tansu forgets every producer on restart.
+
+Each test owns its cluster (``kafka_factory``): a node started again inside a test is a new
+child process, which the shared fixtures' leak guard would rightly count against the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+
+import pytest
+
+from aiokprod import Producer, RecordMetadata
+from support.kafka_cluster import KafkaCluster
+from support.reader import read_back
+
+KEYS = 24
+
+
+def check_exactly_once(log: list[tuple[int, int, int]], acked: dict[int, RecordMetadata],
+                       failed: dict[int, BaseException], sent: int) -> None:
+    """Every acknowledged record once, where its metadata says; per-key order kept; every
+    record either acknowledged or failed with an error."""
+    counts = Counter(n for _p, _o, n in log)
+    duplicates = {n: c for n, c in counts.items() if c > 1}
+    assert not duplicates, f"written twice: {list(duplicates.items())[:10]}"
+    missing = sorted(n for n in acked if n not in counts)
+    assert not missing, f"acknowledged but not in the log: {missing[:10]}"
+    assert len(acked) + len(failed) == sent
+    where = {n: (p, o) for p, o, n in log}
+    for n, md in acked.items():
+        assert where[n] == (md.partition, md.offset), (n, md)
+    per_key: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for p, _o, n in sorted(log):
+        per_key[(p, n % KEYS)].append(n)
+    for (p, key), numbers in per_key.items():
+        assert numbers == sorted(numbers), f"key-{key} out of order in partition {p}"
+
+
+async def collect(futures: list[asyncio.Future[RecordMetadata]],
+                  ) -> tuple[dict[int, RecordMetadata], dict[int, BaseException]]:
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    acked = {n: r for n, r in enumerate(results) if isinstance(r, RecordMetadata)}
+    failed = {n: r for n, r in enumerate(results) if isinstance(r, BaseException)}
+    return acked, failed
+
+
+async def requests_in_flight_to(producer: Producer, node: int, timeout: float = 5.0) -> None:
+    """Until the producer has a Produce request to ``node`` awaiting its answer.
+
+    Peeks at the sender's per-node count (no public per-node figure exists): killing the
+    leader while nothing is in flight would test only a metadata refresh, not retries of
+    batches the dead leader may have appended.
+    """
+    deadline = time.monotonic() + timeout
+    sender = producer._sender
+    assert sender is not None
+    while not sender._in_flight_requests.get(node):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no Produce request to node {node} in flight for {timeout}s")
+        await asyncio.sleep(0)
+
+
+async def test_leader_killed_mid_stream_loses_and_duplicates_nothing(
+    kafka_factory: Callable[..., KafkaCluster],
+) -> None:
+    cluster = kafka_factory(brokers=3)
+    topic = "leader-move"
+    cluster.create_topic(topic, 3)
+    victim = cluster.leader_of(topic, 0)
+    count, kill_at = 6000, 2000
+    killed_at = 0.0
+    async with Producer(bootstrap_servers=cluster.bootstrap, acks="all",
+                        enable_idempotence=True, linger_ms=2, batch_size=4096,
+                        request_timeout_ms=5000, delivery_timeout_ms=60_000,
+                        retry_backoff_ms=50, reconnect_backoff_ms=50,
+                        reconnect_backoff_max_ms=500) as producer:
+        futures: list[asyncio.Future[RecordMetadata]] = []
+        for n in range(count):
+            futures.append(await producer.send(topic, f"{n}".encode(),
+                                               key=f"key-{n % KEYS}".encode()))
+            if n % 20 == 19:
+                await asyncio.sleep(0.002)  # paced like an application: batches in flight
+            if n == kill_at:
+                await requests_in_flight_to(producer, victim)
+                # Synchronously, on purpose: the loop cannot read the answers to requests
+                # already sent while the node dies, so they are in flight when it does.
+                cluster.kill_broker(victim)
+                killed_at = time.monotonic()
+        acked, failed = await collect(futures)
+        stats = producer._idempotence.statistics() if producer._idempotence else None
+        retried = producer.metrics().get("producer-metrics:record-retry-total", 0.0)
+    took = time.monotonic() - killed_at
+    new_leader = cluster.leader_of(topic, 0)
+    log = [(r.partition, r.offset, int(r.value or b"-1"))
+           for r in await asyncio.to_thread(read_back, cluster.bootstrap, topic,
+                                            expected=count, timeout=60, settle=1.0)]
+    print(f"killed node {victim}; partition 0 now led by {new_leader}; acked={len(acked)} "
+          f"failed={len(failed)} in_log={len(log)} records_retried={retried:.0f} "
+          f"stream_end_after_kill={took:.1f}s idempotence={stats}")
+    assert new_leader not in (victim, -1)
+    assert retried > 0, "the kill hit no request in flight: the test proved nothing"
+    assert not failed, list(failed.items())[:3]
+    check_exactly_once(log, acked, failed, count)
+
+    # the killed node comes back with its data and catches up into every ISR
+    await asyncio.to_thread(cluster.start_broker, victim)
+    parts = await asyncio.to_thread(cluster.wait_for_partitions, topic, count=3, full_isr=True,
+                                    timeout=60)
+    assert all(victim in p.isr for p in parts), parts
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+async def test_restart_keeps_data_and_producer_state(
+    kafka_factory: Callable[..., KafkaCluster], how: str
+) -> None:
+    cluster = kafka_factory(brokers=1)
+    topic = f"restart-{how}"
+    cluster.create_topic(topic, 2)
+    first, second = 600, 600
+    async with Producer(bootstrap_servers=cluster.bootstrap, acks="all",
+                        enable_idempotence=True, linger_ms=2, batch_size=2048,
+                        request_timeout_ms=5000, delivery_timeout_ms=60_000,
+                        reconnect_backoff_ms=50, reconnect_backoff_max_ms=500) as producer:
+        futures = [await producer.send(topic, f"{n}".encode(), key=f"key-{n % KEYS}".encode())
+                   for n in range(first)]
+        await asyncio.gather(*futures)
+        idem = producer._idempotence
+        assert idem is not None
+        before = idem.statistics()
+        stop = cluster.stop_broker if how == "sigterm" else cluster.kill_broker
+        code = await asyncio.to_thread(stop, 1)
+        # records sent while the node is down wait in the producer, then go to the new process
+        futures += [await producer.send(topic, f"{n}".encode(), key=f"key-{n % KEYS}".encode())
+                    for n in range(first, first + second)]
+        await asyncio.to_thread(cluster.start_broker, 1)
+        acked, failed = await collect(futures)
+        after = idem.statistics()
+    print(f"{how}: exit code {code}; restart in {cluster.start_seconds(1)[-1]:.1f}s; "
+          f"before={before} after={after}")
+    assert code == (143 if how == "sigterm" else -9)  # the JVM exits 128 + SIGTERM
+    assert not failed, list(failed.items())[:3]
+    log = [(r.partition, r.offset, int(r.value or b"-1"))
+           for r in await asyncio.to_thread(read_back, cluster.bootstrap, topic,
+                                            expected=first + second, timeout=30, settle=0.5)]
+    check_exactly_once(log, acked, failed, first + second)
+    # Kafka kept our producer state: the same producer id and epoch carried on, no reset
+    assert (after.producer_id, after.producer_epoch) == (before.producer_id,
+                                                         before.producer_epoch)
+    assert after.producer_id_resets == before.producer_id_resets
+    assert after.sequence_resets == before.sequence_resets
