@@ -1,0 +1,361 @@
+"""The network layer under conditions real clusters create, against real brokers over loopback.
+
+Items of the hardening issue: dead and silent bootstrap servers (1), acks=0 back-pressure against
+a stalled broker (6), metadata that forgets missing and unused topics (8), and the socket
+settings that used to be accepted and ignored (10). Each test measures what the issue reported
+and fails on the code before the network rewrite; docs/network.md has the rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import os
+import signal
+import socket
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+
+from aiokprod import Producer
+from aiokprod.devbroker import TansuBroker
+from aiokprod.errors import BufferExhaustedError, KafkaTimeoutError
+from aiokprod.network.metadata import TopicPartition
+from aiokprod.protocol import MetadataRequest, MetadataResponse
+from support.reader import read_back
+from support.scripted_broker import ScriptedBroker, ScriptedRequest
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (connecting is refused at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class SilentServer:
+    """Accepts TCP and reads, never answers: a broker hung after accept, or a wrong service."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.AbstractServer | None = None
+        self.port = 0
+        # (accepted at, closed by the client at) per connection, monotonic seconds
+        self.connections: list[list[float]] = []
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        entry = [time.monotonic(), float("nan")]
+        self.connections.append(entry)
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                pass
+        entry[1] = time.monotonic()
+        writer.close()
+
+    def lifetimes(self) -> list[float]:
+        return [end - start for start, end in self.connections if not math.isnan(end)]
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[SilentServer]:
+    silent = SilentServer()
+    silent.server = await asyncio.start_server(silent._serve, "127.0.0.1", 0)
+    silent.port = silent.server.sockets[0].getsockname()[1]
+    try:
+        yield silent
+    finally:
+        silent.server.close()
+        await silent.server.wait_closed()
+
+
+@contextlib.contextmanager
+def stalled(broker: TansuBroker) -> Iterator[None]:
+    """Freeze the broker process: connections stay open, nothing is read or answered."""
+    assert broker.pid is not None
+    os.kill(broker.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+
+
+def established_to(port: int) -> int:
+    """How many of this process's TCP sockets are connected to 127.0.0.1:``port`` (read from
+    /proc, independently of the producer's own bookkeeping)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            remote, state, inode = fields[2], fields[3], fields[9]
+            if state == "01" and int(remote.split(":")[1], 16) == port and inode in inodes:
+                count += 1
+    return count
+
+
+# ---- item 1: dead and silent bootstrap servers ---------------------------------------------
+
+
+@pytest.mark.parametrize("position", ["first", "second"])
+async def test_dead_bootstrap_server_does_not_hold_up_the_first_send(
+    tansu: TansuBroker, new_topic: Callable[..., str], position: str
+) -> None:
+    """Idempotence on (the default): the producer id and the first ack come from the live
+    server within ~2 s, wherever the refused address is listed (before: every record expired
+    at delivery.timeout.ms when it came first, and a whole request.timeout.ms passed when it came
+    second)."""
+    topic = new_topic()
+    dead = f"127.0.0.1:{closed_port()}"
+    servers = [dead, tansu.bootstrap] if position == "first" else [tansu.bootstrap, dead]
+    producer = Producer(bootstrap_servers=",".join(servers), linger_ms=0,
+                        delivery_timeout_ms=10_000, request_timeout_ms=8_000)
+    await producer.start()
+    try:
+        start = time.monotonic()
+        meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 15)
+        elapsed = time.monotonic() - start
+        assert meta.offset == 0
+        assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
+    finally:
+        await producer.close(timeout=5)
+    assert [r.value for r in read_back(tansu.bootstrap, topic, expected=1)] == [b"first"]
+
+
+async def test_silent_bootstrap_server_first_does_not_hold_up_the_first_send(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """A server that accepts TCP and never answers, listed first: it costs the dial stagger,
+    not socket.connection.setup.timeout.ms (10 s) nor request.timeout.ms."""
+    topic = new_topic()
+    async with silent_server() as silent:
+        producer = Producer(bootstrap_servers=f"127.0.0.1:{silent.port},{tansu.bootstrap}",
+                            linger_ms=0, delivery_timeout_ms=10_000, request_timeout_ms=8_000)
+        await producer.start()
+        try:
+            start = time.monotonic()
+            meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 15)
+            elapsed = time.monotonic() - start
+            assert meta.offset == 0
+            assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
+            assert len(silent.connections) >= 1  # it was tried, and not waited for
+        finally:
+            await producer.close(timeout=5)
+
+
+# ---- item 6: acks=0 memory bound ------------------------------------------------------------
+
+
+async def test_acks0_against_a_stalled_broker_blocks_at_buffer_memory(
+    tansu_factory: Callable[..., TansuBroker],
+) -> None:
+    """buffer.memory=1 MiB, acks=0, the broker frozen: sends block and fail with
+    BufferExhaustedError at max.block.ms, and the process holds a few MiB, not everything sent
+    (before: requests counted as done when written, 74 MiB of growth)."""
+    broker = tansu_factory()
+    broker.create_topic("acks0", 1)
+    value = b"x" * 8192
+    producer = Producer(bootstrap_servers=broker.bootstrap, acks=0, enable_idempotence=False,
+                        linger_ms=0, buffer_memory=1 << 20, batch_size=65536,
+                        max_block_ms=1500, request_timeout_ms=30_000)
+    await producer.start()
+    try:
+        await producer.send_and_wait("acks0", b"warm-up")
+        with stalled(broker):
+            gc.collect()
+            tracemalloc.start()
+            base = tracemalloc.get_traced_memory()[0]
+            sent = 0
+            blocked_for = 0.0
+            error: BaseException | None = None
+            began = time.monotonic()
+            try:
+                for _ in range(8192):  # 64 MiB at most
+                    start = time.monotonic()
+                    try:
+                        await producer.send("acks0", value)
+                    except BufferExhaustedError as exc:
+                        error = exc
+                        break
+                    sent += len(value)
+                blocked_for = time.monotonic() - start
+                peak = tracemalloc.get_traced_memory()[1] - base
+            finally:
+                tracemalloc.stop()
+            print(f"acks=0 stalled: {sent / 2**20:.2f} MiB accepted in "
+                  f"{time.monotonic() - began:.2f} s, last send blocked {blocked_for:.2f} s, "
+                  f"tracemalloc peak growth {peak / 2**20:.2f} MiB, error {error!r}")
+            assert isinstance(error, BufferExhaustedError)
+            assert sent < 8 << 20, sent  # 1 MiB of pool plus what the kernel buffers hold
+            assert 1.3 < blocked_for < 3.0, blocked_for
+            assert peak < 12 << 20, peak
+    finally:
+        await producer.close(timeout=10)
+
+
+# ---- item 8: metadata forgets -------------------------------------------------------------------
+
+
+async def test_missing_topic_is_not_asked_for_after_the_send_failed() -> None:
+    """A broker that never creates the topic: the send fails at max.block.ms, and afterwards no
+    Metadata request asks for it (before: one every retry.backoff.ms, forever)."""
+
+    def unknown_topic(req: ScriptedRequest) -> bytes | None:
+        if req.api_key != MetadataRequest.API_KEY:
+            return None
+        return req.respond(MetadataResponse(
+            brokers=[MetadataResponse.MetadataResponseBroker(
+                node_id=1, host="127.0.0.1", port=broker.port)],
+            topics=[MetadataResponse.MetadataResponseTopic(error_code=3, name=t.name)
+                    for t in req.body.topics or []]))
+
+    def metadata_requests() -> list[ScriptedRequest]:
+        return [r for r in broker.received if r.api_key == MetadataRequest.API_KEY]
+
+    async with ScriptedBroker(handler=unknown_topic) as broker:
+        producer = Producer(bootstrap_servers=f"127.0.0.1:{broker.port}", max_block_ms=600,
+                            retry_backoff_ms=50, enable_idempotence=False)
+        await producer.start()
+        try:
+            start = time.monotonic()
+            with pytest.raises(KafkaTimeoutError, match="max.block.ms=600"):
+                await producer.send("missing", b"v")
+            assert 0.55 < time.monotonic() - start < 2.0
+            asked_while_waiting = len(metadata_requests())
+            assert asked_while_waiting >= 5
+            await asyncio.sleep(0.2)  # the refresh under way when it failed may still land
+            after = len(metadata_requests())
+            await asyncio.sleep(1.5)
+            later = metadata_requests()[after:]
+            print(f"missing topic: {asked_while_waiting} Metadata requests while waiting, "
+                  f"{len(later)} in the 1.5 s after")
+            assert later == [], [[t.name for t in r.body.topics or []] for r in later]
+        finally:
+            await producer.close(timeout=5)
+
+
+async def test_unused_topic_expires_and_its_state_is_pruned(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """metadata.max.idle.ms=5000: a topic unused that long leaves the metadata, the accumulator,
+    the partitioner and the metrics (Java's ProducerMetadata and sensor removal); its sequence
+    state is kept, so sending to it again continues exactly once, in order."""
+    old, busy = new_topic(), new_topic()
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0,
+                        metadata_max_idle_ms=5000)
+    await producer.start()
+    try:
+        await producer.send_and_wait(old, b"old-1")
+        cluster, acc = producer._cluster, producer._acc
+        assert cluster is not None and acc is not None
+        assert old in cluster.view.topics and old in acc._queues
+        assert old in producer._partitioner._topics
+        assert any(f"topic={old}" in k for k in producer.metrics())
+        start = time.monotonic()
+        i = 0
+        while old in cluster.view.topics and time.monotonic() - start < 9:
+            await producer.send_and_wait(busy, b"busy-%d" % i)  # the other topic stays used
+            i += 1
+            await asyncio.sleep(0.1)
+        expired_after = time.monotonic() - start
+        print(f"topic expired {expired_after:.2f} s after its last use")
+        assert old not in cluster.view.topics, "not expired after 9 s"
+        assert 4.5 < expired_after < 7.0
+        assert old not in cluster.tracked_topics() and busy in cluster.view.topics
+        assert old not in acc._queues
+        assert old not in producer._partitioner._topics
+        assert not any(f"topic={old}" in k for k in producer.metrics())
+        assert any(f"topic={busy}" in k for k in producer.metrics())
+        idem = producer._idempotence
+        assert idem is not None  # the written partition keeps its sequence
+        assert idem.partition_state(TopicPartition(old, 0)).next_sequence == 1
+        await producer.send_and_wait(old, b"old-2")
+    finally:
+        await producer.close(timeout=5)
+    assert [r.value for r in read_back(tansu.bootstrap, old, expected=2)] == [b"old-1", b"old-2"]
+
+
+# ---- item 10: socket settings that used to be ignored ---------------------------------------
+
+
+async def test_connections_idle_for_connections_max_idle_ms_are_closed(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic()
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0,
+                        connections_max_idle_ms=1000)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"before")
+        assert established_to(tansu.port) >= 1
+        start = time.monotonic()
+        while established_to(tansu.port) and time.monotonic() - start < 5:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # polls /proc: no event to wait for
+        closed_after = time.monotonic() - start
+        print(f"idle connections closed {closed_after:.2f} s after the last request")
+        assert established_to(tansu.port) == 0, "idle connections still open after 5 s"
+        assert closed_after < 2.5
+        assert producer._cluster is not None
+        assert producer._cluster.statistics().idle_closed >= 1
+        await asyncio.wait_for(producer.send_and_wait(topic, b"after"), 5)
+    finally:
+        await producer.close(timeout=5)
+    assert [r.value for r in read_back(tansu.bootstrap, topic, expected=2)] == [b"before",
+                                                                              b"after"]
+
+
+async def test_socket_buffer_sizes_reach_the_socket(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic()
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0,
+                        send_buffer_bytes=24576, receive_buffer_bytes=20480)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"v")
+        cluster = producer._cluster
+        assert cluster is not None
+        node = next(iter(cluster.view.brokers))
+        conn = await cluster.connection(node)
+        transport = conn._transport
+        assert transport is not None
+        sock = transport.get_extra_info("socket")
+        # Linux doubles the value asked for (bookkeeping overhead), see socket(7)
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) == 2 * 24576
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * 20480
+    finally:
+        await producer.close(timeout=5)
+
+
+async def test_setup_timeout_bounds_a_silent_server_and_doubles_to_its_maximum() -> None:
+    """socket.connection.setup.timeout.ms=300 and .max.ms=1200: a server that accepts and never
+    answers ApiVersions gets attempts of ~300, ~600, ~1200, ~1200 ms (KIP-601, ±20% jitter),
+    each abandoned at its bound."""
+    async with silent_server() as silent:
+        producer = Producer(bootstrap_servers=f"127.0.0.1:{silent.port}", max_block_ms=4200,
+                            socket_connection_setup_timeout_ms=300,
+                            socket_connection_setup_timeout_max_ms=1200,
+                            reconnect_backoff_ms=10, reconnect_backoff_max_ms=20,
+                            request_timeout_ms=30_000, enable_idempotence=False)
+        await producer.start()
+        try:
+            with pytest.raises(KafkaTimeoutError):
+                await producer.send("t", b"v")
+            await asyncio.sleep(0.05)
+            lifetimes = silent.lifetimes()
+            print("set-up attempts lasted", [round(x, 3) for x in lifetimes])
+            assert len(lifetimes) >= 3
+            for got, bound in zip(lifetimes, [0.3, 0.6, 1.2, 1.2], strict=False):
+                assert bound * 0.75 < got < bound * 1.25 + 0.1, (got, bound)
+        finally:
+            await producer.close(timeout=5)
