@@ -899,3 +899,25 @@ class KafkaCluster:
                 raise KafkaClusterError(f"CreateTopics {name!r}: error {result.error_code} "
                                         f"({result.error_message})")
         return self.wait_for_partitions(name, count=partitions, timeout=timeout)
+
+    def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
+        """``(producer id, epoch, last sequence)`` of every producer the partition's leader
+        keeps state for (DescribeProducers): what the broker, not the client, says it saw."""
+        leader = self.leader_of(topic, partition)
+        if leader < 0:
+            raise KafkaClusterError(f"{topic}-{partition} has no leader")
+        port = self.port(leader, "INTERNAL")
+        try:
+            response = _round_trip(port, DescribeProducersRequest(topics=[
+                DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[partition])
+            ]), _version(self.api_versions, DescribeProducersRequest), timeout=5.0)
+        except _WireError as exc:
+            raise KafkaClusterError(f"DescribeProducers to node {leader} failed: {exc}") from exc
+        for t in response.topics:
+            for part in t.partitions:
+                if part.error_code != 0:
+                    raise KafkaClusterError(f"DescribeProducers {topic}-{partition}: error "
+                                            f"{part.error_code} ({part.error_message})")
+                return sorted((s.producer_id, s.producer_epoch, s.last_sequence)
+                              for s in part.active_producers)
+        return []

@@ -1,0 +1,159 @@
+"""Exactly-once per partition under proxy faults, with Apache Kafka behind the proxy.
+
+The same scenario as ``test_exactly_once.py`` (dropped Produce responses after the append,
+stalls past request.timeout.ms, connection resets), but the broker is Kafka: it answers a
+re-sent batch with success and its original offset (Tansu: DUPLICATE_SEQUENCE_NUMBER) and it
+serves InitProducerId with the current producer id and epoch (Tansu refuses it). The node
+advertises the proxy's port on its PLAINTEXT listener, so every client connection crosses the
+proxy; replication and our probes use the INTERNAL listener, which does not.
+
+``test_bump_through_init_producer_id_on_kafka`` forces the path Tansu cannot take: batches
+that expire after ambiguous attempts leave the partition with unresolved sequences, the
+producer asks the broker for a bump (InitProducerId with its current id and epoch, KIP-360)
+and must not fall back to "bump unsupported". Kafka answers a non-transactional caller with a
+fresh producer id at epoch 0 (its TransactionCoordinator bumps epochs for transactional ids
+only), which DescribeProducers on the leader confirms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+from test_exactly_once import PARTITIONS, Outcome, assert_exactly_once, plan_faults, run_producer
+
+from aiokprod import Producer, RecordMetadata
+from aiokprod.protocol import InitProducerIdRequest
+from support.kafka_cluster import KafkaCluster
+from support.proxy import ProxyThread
+from support.reader import read_back
+
+INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
+# what the sender logs when the broker refuses the KIP-360 bump and it takes a fresh id instead
+FALLBACK_MESSAGE = "epoch bump refused"
+
+
+@contextlib.contextmanager
+def kafka_behind_proxy(kafka_factory: Callable[..., KafkaCluster],
+                       seed: int) -> Iterator[tuple[KafkaCluster, ProxyThread]]:
+    """A 1-node Kafka advertising a proxy's port to clients, and that proxy.
+
+    The proxy binds first (its port must be in the broker's advertised.listeners); the broker
+    then starts on free ports and the proxy is pointed at its PLAINTEXT port. Clients should
+    bootstrap to ``proxy.bootstrap``.
+    """
+    with ProxyThread(seed=seed) as proxy:
+        cluster = kafka_factory(brokers=1, advertised_ports={1: proxy.port})
+        proxy.set_upstream("127.0.0.1", cluster.port(1))
+        yield cluster, proxy
+
+
+def run_scenario_kafka(kafka_factory: Callable[..., KafkaCluster], seed: int, count: int, *,
+                       idempotent: bool) -> tuple[Outcome, int]:
+    """``test_exactly_once.run_scenario`` on Kafka; also returns InitProducerId requests seen."""
+    topic = f"eos-kafka-{seed}-{'idem' if idempotent else 'plain'}"
+    with kafka_behind_proxy(kafka_factory, seed) as (cluster, proxy):
+        cluster.create_topic(topic, PARTITIONS)
+        plan_faults(proxy, seed, count)
+        acked, failed = asyncio.run(run_producer(proxy.bootstrap, topic, count,
+                                                 idempotent=idempotent, seed=seed))
+        proxy.faults.clear()
+        stats = proxy.statistics()
+        log = [(r.partition, r.offset, int(r.value or b"-1"))
+               for r in read_back(cluster.bootstrap, topic, expected=count, timeout=60,
+                                  settle=1.0)]
+    return Outcome(count, acked, failed, log, {
+        "produce_requests": stats.produce_requests,
+        "responses_dropped": stats.produce_responses_dropped,
+        "responses_stalled": stats.produce_responses_stalled,
+        "requests_reset": stats.produce_requests_reset,
+    }), stats.requests_by_api_key.get(INIT_PRODUCER_ID, 0)
+
+
+def test_exactly_once_under_proxy_faults_kafka(
+    kafka_factory: Callable[..., KafkaCluster], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aiokprod")
+    outcome, inits = run_scenario_kafka(kafka_factory, 1, 6000, idempotent=True)
+    print(f"InitProducerId requests: {inits}")
+    assert outcome.faults["responses_dropped"] > 0, outcome.faults
+    assert_exactly_once(outcome)
+    assert FALLBACK_MESSAGE not in caplog.text
+
+
+def test_same_faults_without_idempotence_find_duplicates_kafka(
+    kafka_factory: Callable[..., KafkaCluster],
+) -> None:
+    """The faults bite on Kafka too: without idempotence they leave duplicates in its log."""
+    outcome, _ = run_scenario_kafka(kafka_factory, 1, 6000, idempotent=False)
+    print(f"without idempotence: duplicates={outcome.duplicates} faults={outcome.faults}")
+    assert outcome.faults["responses_dropped"] > 0, outcome.faults
+    assert outcome.duplicates > 0, ("the faults produced no duplicates without idempotence: "
+                                    "this test could not fail", outcome.faults)
+
+
+async def _send(producer: Producer, topic: str, numbers: range,
+                ) -> list[asyncio.Future[RecordMetadata]]:
+    futures = []
+    for n in numbers:
+        futures.append(await producer.send(topic, f"{n}".encode(), key=f"key-{n % 48}".encode()))
+        if n % 10 == 9:
+            await asyncio.sleep(0.002)
+    return futures
+
+
+async def test_bump_through_init_producer_id_on_kafka(
+    kafka_factory: Callable[..., KafkaCluster], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aiokprod")
+    topic = "bump-kafka"
+    with kafka_behind_proxy(kafka_factory, 7) as (cluster, proxy):
+        await asyncio.to_thread(cluster.create_topic, topic, 2)
+        async with Producer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True,
+                            linger_ms=1, batch_size=2048, request_timeout_ms=800,
+                            delivery_timeout_ms=2000, retry_backoff_ms=20,
+                            retry_backoff_max_ms=200, reconnect_backoff_ms=20,
+                            reconnect_backoff_max_ms=200) as producer:
+            before = await asyncio.gather(*await _send(producer, topic, range(0, 1000)))
+            idem = producer._idempotence
+            assert idem is not None
+            first_id = idem.statistics().producer_id
+            # Every Produce request is now swallowed (the connection reset): the batches
+            # expire after ambiguous attempts, their sequences stay unresolved, and only a
+            # bump can let the partitions go on.
+            rule = proxy.faults.reset_on_produce_request(every=1)
+            lost = await asyncio.gather(*await _send(producer, topic, range(1000, 1200)),
+                                        return_exceptions=True)
+            proxy.faults.remove(rule)
+            after = await asyncio.gather(*await _send(producer, topic, range(1200, 2200)))
+            stats = idem.statistics()
+        inits = proxy.statistics().requests_by_api_key.get(INIT_PRODUCER_ID, 0)
+        producers = {p: await asyncio.to_thread(cluster.active_producers, topic, p)
+                     for p in range(2)}
+        log = [(r.partition, r.offset, int(r.value or b"-1"))
+               for r in await asyncio.to_thread(read_back, cluster.bootstrap, topic,
+                                                expected=2000, timeout=30, settle=1.0)]
+    print(f"first producer id {first_id}; after the faults {stats}; InitProducerId requests "
+          f"{inits}; the broker's producers per partition {producers}")
+    print("\n".join(r.getMessage() for r in caplog.records
+                    if "producer id" in r.getMessage() or "InitProducerId" in r.getMessage()))
+
+    assert all(isinstance(r, BaseException) for r in lost), "a swallowed batch was acknowledged"
+    assert FALLBACK_MESSAGE not in caplog.text, "the producer gave up on the KIP-360 bump"
+    # the bump was asked of the broker (one InitProducerId more than at start) and answered
+    assert inits >= 2, inits
+    assert stats.producer_id_resets == 1 and stats.epoch_bumps == 0, stats
+    assert stats.producer_id != first_id and stats.producer_epoch == 0
+    for partition, states in producers.items():
+        assert stats.producer_id in {pid for pid, _epoch, _seq in states}, (partition, states)
+    # exactly once for everything acknowledged; nothing swallowed reached the log
+    counts = Counter(n for _p, _o, n in log)
+    assert max(counts.values()) == 1
+    acked = dict(enumerate(before)) | {1200 + i: md for i, md in enumerate(after)}
+    assert sorted(counts) == sorted(acked)
+    where = {n: (p, o) for p, o, n in log}
+    assert all(where[n] == (md.partition, md.offset) for n, md in acked.items())
