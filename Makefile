@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SPECS := ../shared/kafka-message-specs
 
-.PHONY: test demo lint typecheck unit gen bench clean
+.PHONY: test demo kafka lint typecheck unit gen bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m aiokprod perf --num-records 100000
+
+# Apache Kafka (KRaft) in the foreground for manual runs; needs Java 17+ (and Maven once, to
+# fetch the jars into ~/.cache/aiokprod). KAFKA_ARGS="--brokers 3" or "--secure" for more.
+kafka: $(STAMP)
+	$(PY) tools/kafka_broker.py $(KAFKA_ARGS)
 
 gen: $(STAMP)
 	$(PY) tools/gen_protocol.py
