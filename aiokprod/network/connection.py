@@ -311,6 +311,8 @@ class BrokerConnection:
         # SASL session lifetime the broker gave (ms; 0: none) and re-authentications done
         self.session_lifetime_ms = 0
         self.reauthentications = 0
+        # set once open() finished (TLS, ApiVersions, SASL): failures before it are set-up ones
+        self._established = False
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -367,6 +369,7 @@ class BrokerConnection:
         except BaseException:
             conn.close(KafkaConnectionError(f"{conn._name}: connection setup abandoned"))
             raise
+        conn._established = True
         return conn
 
     async def _setup(self, connect: TransportConnector, send_buffer_bytes: int,
@@ -717,6 +720,14 @@ class BrokerConnection:
         self._transport = transport
 
     def _on_connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError) and not self._established:
+            # a TLS alert before the connection was usable: the broker refused our certificate
+            # (missing, or from a CA it does not trust) — the same settings will fail again
+            self._fail(AuthenticationError(
+                f"{self._name}: TLS handshake failed ({self._security.protocol}): the broker "
+                f"refused the session: {exc.reason or exc} (does it require a client "
+                f"certificate, ssl_certfile, from a CA it trusts?)"))
+            return
         reason = f": {exc}" if exc else ""
         self._fail(KafkaConnectionError(f"{self._name}: connection closed by broker{reason}"))
 

@@ -14,16 +14,22 @@ import asyncio
 import base64
 import json
 import logging
+import ssl
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aiokprod import AuthenticationError, OAuthToken, Producer
+from aiokprod.network.connection import BrokerConnection
+from aiokprod.network.security import SecurityOptions as ClientSecurity
+from aiokprod.network.security import build_ssl_context
 from support.kafka_cluster import KafkaCluster, KafkaJars, SecurityOptions
+from support.kafka_security import CertificateAuthority, issue_certificate, make_ca
 from support.reader import read_back
 
 REAUTH_MS = 2000
@@ -42,9 +48,27 @@ COMBOS = [
 ]
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """A client certificate (mutual TLS) from a CA only the SSL listener trusts."""
+
+    chain: Path
+    key: Path
+    ca: CertificateAuthority
+
+
 @pytest.fixture(scope="module")
-def secure(kafka_jars: KafkaJars, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[KafkaCluster]:
+def client_tls(tmp_path_factory: pytest.TempPathFactory) -> ClientTls:
+    directory = tmp_path_factory.mktemp("client-tls")
+    ca = make_ca(directory, "aiokprod client CA", filename="client-ca.pem")
+    chain, key = issue_certificate(ca, directory, "client", hosts=("aiokprod-client",),
+                                   client=True)
+    return ClientTls(chain, key, ca)
+
+
+@pytest.fixture(scope="module")
+def secure(kafka_jars: KafkaJars, tmp_path_factory: pytest.TempPathFactory,
+           client_tls: ClientTls) -> Iterator[KafkaCluster]:
     cluster = KafkaCluster(
         kafka_jars, work_dir=tmp_path_factory.mktemp("kafka-security"),
         security=SecurityOptions(),
@@ -52,6 +76,10 @@ def secure(kafka_jars: KafkaJars, tmp_path_factory: pytest.TempPathFactory
             "connections.max.reauth.ms": str(REAUTH_MS),
             "listener.name.sasl_plaintext.sasl.enabled.mechanisms":
                 "PLAIN,SCRAM-SHA-256,OAUTHBEARER",
+            # the SSL listener wants a client certificate (mutual TLS); SASL_SSL does not
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.ssl.ssl.truststore.type": "PEM",
+            "listener.name.ssl.ssl.truststore.certificates": client_tls.ca.pem,
         })
     cluster.start()
     try:
@@ -83,12 +111,14 @@ class TokenProvider:
 
 
 def settings(cluster: KafkaCluster, protocol: str, mechanism: str | None,
-             **overrides: Any) -> dict[str, Any]:
+             client: ClientTls | None = None, **overrides: Any) -> dict[str, Any]:
     assert cluster.tls is not None and cluster.security is not None
     config: dict[str, Any] = {"bootstrap_servers": cluster.bootstrap_for(protocol),
                               "security_protocol": protocol}
     if protocol in ("SSL", "SASL_SSL"):
         config["ssl_cafile"] = str(cluster.tls.ca_cert)
+    if client is not None:
+        config.update(ssl_certfile=str(client.chain), ssl_keyfile=str(client.key))
     if mechanism == "OAUTHBEARER":
         config.update(sasl_mechanism=mechanism,
                       sasl_oauth_token_provider=TokenProvider(cluster.security.oauth_subject))
@@ -105,10 +135,14 @@ def new_topic(prefix: str) -> str:
 @pytest.mark.parametrize(("protocol", "mechanism"), COMBOS,
                          ids=[f"{p}-{m or 'TLS'}" for p, m in COMBOS])
 async def test_every_protocol_and_mechanism_sends_and_reads_back(
-        secure: KafkaCluster, protocol: str, mechanism: str | None) -> None:
+        secure: KafkaCluster, client_tls: ClientTls, protocol: str, mechanism: str | None
+) -> None:
+    """SSL here is mutual TLS: the listener refuses a client without a certificate."""
     topic = new_topic("sec")
     secure.create_topic(topic, 2)
-    async with Producer(**settings(secure, protocol, mechanism), linger_ms=2) as producer:
+    client = client_tls if protocol == "SSL" else None
+    async with Producer(**settings(secure, protocol, mechanism, client),
+                        linger_ms=2) as producer:
         assert producer.config.enable_idempotence
         futures = [await producer.send(topic, f"{i}".encode(), key=f"k{i % 4}".encode())
                    for i in range(200)]
@@ -176,6 +210,7 @@ FAILURES = [
                  "does not enable SASL mechanism SCRAM-SHA-512", id="mechanism-not-offered"),
     pytest.param("SSL", dict(ssl_cafile=None), "TLS handshake failed",
                  id="untrusted-certificate"),
+    pytest.param("SSL", {}, "TLS", id="no-client-certificate"),
 ]
 
 
@@ -226,3 +261,78 @@ async def test_a_missing_ca_file_fails_start_with_the_setting_named(
     with pytest.raises(Exception, match="ssl_cafile"):
         await producer.start()
     await producer.close()
+
+
+# -- host-name verification, through a TLS front whose certificate names another host --------
+
+
+@dataclass(frozen=True)
+class TlsFront:
+    port: int
+    ca: CertificateAuthority
+
+
+@pytest.fixture
+async def tls_front(secure: KafkaCluster, tmp_path: Path) -> AsyncIterator[TlsFront]:
+    """A TLS server on loopback whose certificate (from its own CA) names only
+    ``broker.example``, relaying to the broker's PLAINTEXT listener: the chain verifies with
+    that CA, the host name 127.0.0.1 does not match."""
+    ca = make_ca(tmp_path, "front CA", filename="front-ca.pem")
+    chain, key = issue_certificate(ca, tmp_path, "front", hosts=("broker.example",))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(chain, key)
+    target = secure.port(1, "PLAINTEXT")
+    relays: set[asyncio.Task[None]] = set()
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
+        for task in (pipe(reader, up_writer), pipe(up_reader, writer)):
+            relay = asyncio.ensure_future(task)
+            relays.add(relay)
+            relay.add_done_callback(relays.discard)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+    try:
+        yield TlsFront(server.sockets[0].getsockname()[1], ca)
+    finally:
+        server.close()
+        for relay in list(relays):
+            relay.cancel()
+        await server.wait_closed()
+
+
+async def test_a_certificate_for_another_host_is_refused(tls_front: TlsFront) -> None:
+    options = ClientSecurity("SSL", ssl_context=build_ssl_context(
+        cafile=str(tls_front.ca.cert_path)))
+    started = time.monotonic()
+    with pytest.raises(AuthenticationError, match="TLS handshake failed.*(mismatch|match)"):
+        await BrokerConnection.open("127.0.0.1", tls_front.port, security=options)
+    assert time.monotonic() - started < 2.0
+
+
+async def test_turning_host_name_checks_off_still_verifies_the_chain(
+        tls_front: TlsFront, secure: KafkaCluster) -> None:
+    """``ssl_endpoint_identification_algorithm=""``: the host name is not checked, the chain
+    still is (the broker's own CA does not vouch for the front's certificate)."""
+    unchecked = ClientSecurity("SSL", ssl_context=build_ssl_context(
+        cafile=str(tls_front.ca.cert_path), check_hostname=False))
+    conn = await BrokerConnection.open("127.0.0.1", tls_front.port, security=unchecked)
+    try:
+        assert conn.broker_versions  # ApiVersions went through the TLS front to Kafka
+    finally:
+        conn.close()
+    assert secure.tls is not None
+    wrong_ca = ClientSecurity("SSL", ssl_context=build_ssl_context(
+        cafile=str(secure.tls.ca_cert), check_hostname=False))
+    with pytest.raises(AuthenticationError, match="TLS handshake failed"):
+        await BrokerConnection.open("127.0.0.1", tls_front.port, security=wrong_ca)

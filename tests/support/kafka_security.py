@@ -22,7 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-__all__ = ["SCRAM_MECHANISMS", "SaslUser", "TlsMaterial", "make_tls_material"]
+__all__ = ["SCRAM_MECHANISMS", "CertificateAuthority", "SaslUser", "TlsMaterial",
+           "issue_certificate", "make_ca", "make_tls_material"]
 
 #: The SCRAM mechanisms the secure broker serves; users get credentials for each at format time.
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -62,27 +63,35 @@ def _name(common_name: str) -> x509.Name:
     ])
 
 
-def make_tls_material(directory: Path, *, days: int = 7) -> TlsMaterial:
-    """A fresh CA and a server certificate for 127.0.0.1 and localhost, written to ``directory``.
+@dataclass(frozen=True)
+class CertificateAuthority:
+    """A throw-away CA: its key stays in memory, its certificate is written as PEM."""
 
-    RSA 2048 because every TLS stack under test (Java's, OpenSSL through librdkafka and
-    Python's ``ssl``) accepts it without extra configuration.
-    """
+    name: x509.Name
+    key: rsa.RSAPrivateKey
+    certificate: x509.Certificate
+    cert_path: Path
+
+    @property
+    def pem(self) -> str:
+        return self.cert_path.read_text()
+
+
+def make_ca(directory: Path, common_name: str = "aiokprod test CA", *, filename: str = "ca.pem",
+            days: int = 7) -> CertificateAuthority:
+    """A fresh self-signed CA, its certificate written to ``directory/filename``."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
-    start = now - datetime.timedelta(minutes=5)  # tolerate a little clock skew
-    end = now + datetime.timedelta(days=days)
-
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ca_name = _name("aiokprod test CA")
-    ca_cert = (
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = _name(common_name)
+    cert = (
         x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
+        .not_valid_before(now - datetime.timedelta(minutes=5))  # tolerate a little clock skew
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -92,46 +101,63 @@ def make_tls_material(directory: Path, *, days: int = 7) -> TlsMaterial:
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
                        critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .sign(key, hashes.SHA256())
     )
+    path = directory / filename
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return CertificateAuthority(name, key, cert, path)
 
-    server_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    server_cert = (
+
+def issue_certificate(ca: CertificateAuthority, directory: Path, stem: str, *,
+                      hosts: tuple[str, ...] = ("localhost", "127.0.0.1"),
+                      client: bool = False, days: int = 7) -> tuple[Path, Path]:
+    """A leaf certificate signed by ``ca`` for ``hosts`` (DNS names or IP addresses); a
+    client certificate (mutual TLS) with ``client=True``. Returns (chain PEM, key PEM): the
+    chain is the leaf then the CA, the key unencrypted PKCS#8."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client \
+        else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(_name("localhost"))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
+        .subject_name(_name(hosts[0] if hosts else stem))
+        .issuer_name(ca.name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName([
-                x509.DNSName("localhost"),
-                x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
-            ]),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
                        critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
     )
-
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    cert = builder.sign(ca.key, hashes.SHA256())
     pem = serialization.Encoding.PEM
-    material = TlsMaterial(
-        ca_cert=directory / "ca.pem",
-        server_chain=directory / "server-chain.pem",
-        server_key=directory / "server-key.pem",
-    )
-    material.ca_cert.write_bytes(ca_cert.public_bytes(pem))
-    material.server_chain.write_bytes(server_cert.public_bytes(pem) + ca_cert.public_bytes(pem))
-    material.server_key.write_bytes(server_key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    material.server_key.chmod(0o600)
-    return material
+    chain, key_path = directory / f"{stem}-chain.pem", directory / f"{stem}-key.pem"
+    chain.write_bytes(cert.public_bytes(pem) + ca.certificate.public_bytes(pem))
+    key_path.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return chain, key_path
+
+
+def make_tls_material(directory: Path, *, days: int = 7) -> TlsMaterial:
+    """A fresh CA and a server certificate for 127.0.0.1 and localhost, written to ``directory``.
+
+    RSA 2048 because every TLS stack under test (Java's, OpenSSL through librdkafka and
+    Python's ``ssl``) accepts it without extra configuration.
+    """
+    ca = make_ca(directory, days=days)
+    chain, key = issue_certificate(ca, directory, "server", days=days)
+    return TlsMaterial(ca_cert=ca.cert_path, server_chain=chain, server_key=key)
