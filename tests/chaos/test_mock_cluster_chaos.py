@@ -131,7 +131,8 @@ def plan_faults(seed: int, count: int, brokers: tuple[int, ...]) -> list[Fault]:
 class Chaos:
     """Fires the scheduled faults against the mock cluster and counts them."""
 
-    def __init__(self, cluster: MockCluster, topic: str, faults: list[Fault]) -> None:
+    def __init__(self, cluster: MockCluster, topic: str, faults: list[Fault],
+                 leaders_on: tuple[int, ...] | None = None) -> None:
         self.cluster = cluster
         self.topic = topic
         self.pending = faults
@@ -139,8 +140,8 @@ class Chaos:
         self.brokers_down = 0
         self.settled = asyncio.Event()  # every fault fired, every broker up again
         # Each partition's leader as we set it (the mock picks the first ones at random).
-        self.leader = {p: cluster.broker_ids[p % len(cluster.broker_ids)]
-                       for p in range(PARTITIONS)}
+        on = leaders_on or cluster.broker_ids
+        self.leader = {p: on[p % len(on)] for p in range(PARTITIONS)}
         for p, broker in self.leader.items():
             cluster.set_partition_leader(topic, p, broker)
 
@@ -229,16 +230,24 @@ async def run_producer(cluster: MockCluster, topic: str, count: int, chaos: Chao
     return acked, failed, deepest, retries
 
 
-def run_scenario(seed: int, count: int, *, idempotent: bool) -> Outcome:
+def run_scenario(seed: int, count: int, *, idempotent: bool,
+                 bootstrap_down: int | None = None) -> Outcome:
+    """``bootstrap_down``: a broker listed in bootstrap.servers that is down before the producer
+    starts and stays down; leaders and faults then use the other brokers only."""
     topic = f"chaos-{seed}-{'idem' if idempotent else 'plain'}"
     with MockCluster(3) as cluster:
         cluster.create_topic(topic, PARTITIONS, replication_factor=3)
-        chaos = Chaos(cluster, topic, plan_faults(seed, count, cluster.broker_ids))
+        live = tuple(b for b in cluster.broker_ids if b != bootstrap_down)
+        chaos = Chaos(cluster, topic, plan_faults(seed, count, live), leaders_on=live)
+        if bootstrap_down is not None:
+            cluster.broker_set_down(bootstrap_down)
         cluster.start_request_tracking()
         acked, failed, deepest, retries = asyncio.run(
             run_producer(cluster, topic, count, chaos, idempotent=idempotent))
         produce_requests = len(cluster.get_requests(PRODUCE))
         cluster.stop_request_tracking()
+        if bootstrap_down is not None:
+            cluster.broker_set_up(bootstrap_down)  # for the reader
         log = [(r.partition, r.offset, int(r.value or b"-1"))
                for r in read_back(cluster.bootstrap, topic, expected=count, timeout=30,
                                   settle=0.5)]
@@ -282,6 +291,18 @@ def test_order_and_no_loss_under_mock_cluster_faults(seed: int) -> None:
     outcome = run_scenario(seed, 3000, idempotent=True)
     report(outcome, f"seed {seed} ({time.monotonic() - started:.1f}s)")
     assert_faults_fired(outcome)
+    assert_no_loss_and_order(outcome)
+
+
+def test_order_and_no_loss_with_a_bootstrap_broker_down_from_the_start() -> None:
+    """Broker 1, listed first in bootstrap.servers (and in every Metadata answer), is down before
+    the producer starts and stays down; another broker goes down and up mid-run, leaders move and
+    errors are injected on the live two. Every record is acknowledged, per-key order holds."""
+    started = time.monotonic()
+    outcome = run_scenario(3, 3000, idempotent=True, bootstrap_down=1)
+    report(outcome, f"seed 3, broker 1 down from the start ({time.monotonic() - started:.1f}s)")
+    assert_faults_fired(outcome)
+    assert not outcome.failed, (len(outcome.failed), next(iter(outcome.failed.values())))
     assert_no_loss_and_order(outcome)
 
 
