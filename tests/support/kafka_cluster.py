@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -125,6 +126,20 @@ def _complete_jars(cache: Path, version: str) -> KafkaJars | None:
     return KafkaJars(version, libs, jars)
 
 
+def _java_major(java: str) -> int | None:
+    """The major version ``java -version`` reports (8 for "1.8.0_x"), None if unreadable."""
+    try:
+        result = subprocess.run([java, "-version"], stdin=subprocess.DEVNULL,
+                                capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr.decode("utf-8", "replace"))
+    if match is None:
+        return None
+    first = int(match.group(1))
+    return int(match.group(2) or 0) if first == 1 else first
+
+
 def ensure_kafka_jars(*, version: str = KAFKA_VERSION, timeout: float = 900.0) -> KafkaJars | str:
     """The broker's jars, resolved once into the cache; a reason string if that is impossible.
 
@@ -132,8 +147,12 @@ def ensure_kafka_jars(*, version: str = KAFKA_VERSION, timeout: float = 900.0) -
     test runs wait for one resolution instead of racing Maven into the same directory. A
     resolution that fails or is interrupted leaves no marker, so the next run starts over.
     """
-    if shutil.which("java") is None:
+    java = shutil.which("java")
+    if java is None:
         return "Apache Kafka tests need Java 17+: `java` is not on PATH"
+    major = _java_major(java)
+    if major is None or major < 17:
+        return f"Apache Kafka {version} needs Java 17+; `{java} -version` says {major or '?'}"
     cache = kafka_cache_dir(version)
     found = _complete_jars(cache, version)
     if found is not None:
@@ -212,7 +231,7 @@ def _round_trip(port: int, request: Any, version: int, *, timeout: float) -> Any
 def _version(versions: Mapping[int, tuple[int, int]], request_type: Any) -> int:
     """The highest version both we and the broker speak."""
     low, high = versions.get(request_type.API_KEY, (0, -1))
-    version = min(high, request_type.MAX_VERSION)
+    version: int = min(high, int(request_type.MAX_VERSION))
     if version < max(low, request_type.MIN_VERSION):
         raise KafkaClusterError(f"no common version of {request_type.__name__}: broker "
                                 f"{low}-{high}, ours {request_type.MIN_VERSION}-"
