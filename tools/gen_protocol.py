@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Generate aiokprod's wire-protocol classes from Kafka's JSON message specs.
 
-Reads ``../shared/kafka-message-specs/*.json`` (``--specs DIR``) and
-``../shared/kafka-error-codes.tsv`` (``--error-codes FILE``), merges the overlays in
+Reads the vendored ``tools/kafka-specs/*.json`` (``--specs DIR``) and
+``tools/kafka-specs/kafka-error-codes.tsv`` (``--error-codes FILE``), merges the overlays in
 ``tools/protocol_overlays/`` and writes:
 
 * ``aiokprod/protocol/_generated/<api>.py``: one versionless class per message, its structs
@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SPECS = REPO.parent / "shared" / "kafka-message-specs"
-DEFAULT_ERROR_CODES = REPO.parent / "shared" / "kafka-error-codes.tsv"
+# Apache Kafka's own message definitions, vendored (tools/kafka-specs/README.md says from where)
+DEFAULT_SPECS = REPO / "tools" / "kafka-specs"
+DEFAULT_ERROR_CODES = DEFAULT_SPECS / "kafka-error-codes.tsv"
 OVERLAY_DIR = Path(__file__).resolve().parent / "protocol_overlays"
 GENERATED_DIR = Path("aiokprod/protocol/_generated")
 ERROR_CODES_FILE = Path("aiokprod/_error_codes.py")
