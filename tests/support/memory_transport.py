@@ -20,12 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokprod.protocol import API_BY_KEY, MetadataResponse, ProduceResponse
+from aiokprod.protocol import (
+    API_BY_KEY,
+    InitProducerIdResponse,
+    MetadataResponse,
+    ProduceResponse,
+)
 from support.scripted_broker import ScriptedRequest, _parse_request_header, api_versions_response
 
 __all__ = ["ClusterScript", "MemoryTransport", "ScriptedNetwork", "ScriptedNode"]
 
-API_VERSIONS, METADATA, PRODUCE = 18, 3, 0
+API_VERSIONS, METADATA, PRODUCE, INIT_PRODUCER_ID = 18, 3, 0, 22
 
 ProduceHandler = Callable[[ScriptedRequest], Any]
 
@@ -87,6 +92,9 @@ class ScriptedNode:
     produce: ProduceHandler = produce_ok
     # API keys this node reads and never answers (e.g. {METADATA}), besides mode "silent"
     ignore: set[int] = field(default_factory=set)
+    # a Produce write pauses the transport, as a real one does when its buffer passes the
+    # high-water mark inside ``write`` (the test resumes it)
+    pause_on_produce: bool = False
     requests: list[ScriptedRequest] = field(default_factory=list)
     transports: list[MemoryTransport] = field(default_factory=list)
     connect_attempts: int = 0
@@ -167,7 +175,11 @@ class MemoryTransport(asyncio.Transport):
             answer: Any = api_versions_response()
         elif api_key == METADATA:
             answer = self._network.cluster.metadata(req)
+        elif api_key == INIT_PRODUCER_ID:
+            answer = InitProducerIdResponse(error_code=0, producer_id=1000, producer_epoch=0)
         elif api_key == PRODUCE:
+            if node.pause_on_produce:
+                self.pause()
             if body.acks == 0:
                 return
             answer = node.produce(req)
