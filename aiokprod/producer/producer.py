@@ -177,6 +177,7 @@ class Producer:
         acc, partitioner, metrics = self._acc, self._partitioner, self._metrics
         idem = self._idempotence
         for topic in topics:
+            self._estimator.forget_topic(topic)  # compression ratio estimates
             if acc is not None:
                 acc.forget_topic(topic)
             if idem is not None:

@@ -309,6 +309,13 @@ class CompressionRatioEstimator:
             return 1.0
         return self.estimation(topic, codec) * COMPRESSION_RATE_ESTIMATION_FACTOR
 
+    def forget_topic(self, topic: str) -> None:
+        """The topic expired from metadata (metadata.max.idle.ms): drop its estimates, so a
+        producer that wrote to many topics does not keep one per topic forever. A later batch
+        of the topic starts again from 1.0, the safe (largest) estimate."""
+        for key in [k for k in self._ratios if k[0] == topic]:
+            del self._ratios[key]
+
     def update(self, topic: str, codec: CompressionType, observed: float) -> float:
         """Fold in the ratio of a sealed batch; returns the new estimate.
 

@@ -26,6 +26,7 @@ from aiokprod.devbroker import TansuBroker
 from aiokprod.errors import BufferExhaustedError, KafkaTimeoutError
 from aiokprod.network.metadata import TopicPartition
 from aiokprod.protocol import MetadataRequest, MetadataResponse
+from aiokprod.records.compression import CompressionType
 from support.reader import read_back
 from support.scripted_broker import ScriptedBroker, ScriptedRequest
 
@@ -248,11 +249,13 @@ async def test_unused_topic_expires_and_its_state_is_pruned(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
     """metadata.max.idle.ms=5000: a topic unused that long leaves the metadata, the accumulator,
-    the partitioner and the metrics (Java's ProducerMetadata and sensor removal); its sequence
-    state is kept, so sending to it again continues exactly once, in order."""
+    the partitioner, the compression estimator and the metrics (Java's ProducerMetadata and
+    sensor removal); its sequence state is kept, so sending to it again continues exactly
+    once, in order."""
     old, busy = new_topic(), new_topic()
+    gzip = CompressionType.GZIP
     producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0,
-                        metadata_max_idle_ms=5000)
+                        metadata_max_idle_ms=5000, compression_type="gzip")
     await producer.start()
     try:
         await producer.send_and_wait(old, b"old-1")
@@ -261,6 +264,7 @@ async def test_unused_topic_expires_and_its_state_is_pruned(
         assert old in cluster.view.topics and old in acc._queues
         assert old in producer._partitioner._topics
         assert any(f"topic={old}" in k for k in producer.metrics())
+        assert producer._estimator.estimation(old, gzip) != 1.0
         start = time.monotonic()
         i = 0
         while old in cluster.view.topics and time.monotonic() - start < 9:
@@ -276,6 +280,8 @@ async def test_unused_topic_expires_and_its_state_is_pruned(
         assert old not in producer._partitioner._topics
         assert not any(f"topic={old}" in k for k in producer.metrics())
         assert any(f"topic={busy}" in k for k in producer.metrics())
+        assert producer._estimator.estimation(old, gzip) == 1.0  # forgotten
+        assert producer._estimator.estimation(busy, gzip) != 1.0
         idem = producer._idempotence
         assert idem is not None  # the written partition keeps its sequence
         assert idem.partition_state(TopicPartition(old, 0)).next_sequence == 1
