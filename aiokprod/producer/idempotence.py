@@ -175,6 +175,8 @@ class IdempotenceStatistics:
     splits: int
     unresolved_batches: int  # batches that ever became unresolved
     resolved_batches: int  # ... and were then proved written by a later success
+    # InitProducerId answers repeating the id and epoch we held: the broker lost our state
+    broker_state_losses: int = 0
 
 
 class IdempotenceManager:
@@ -207,6 +209,14 @@ class IdempotenceManager:
         self._state = ProducerIdState.UNINITIALIZED
         self._producer_id = NO_PRODUCER_ID
         self._producer_epoch = NO_PRODUCER_EPOCH
+        # Counts producer id/epoch assignments (InitProducerId answers, local bumps). A
+        # partition whose generation differs is stale and restarts at sequence 0, even when
+        # the new pair equals the old one (a broker that lost its state hands it out again).
+        self._generation = 0
+        # The last pair we held, kept when it is dropped for a fresh id: an InitProducerId
+        # answer equal to it proves the broker forgot us, so no old sequence means anything.
+        self._last_pair: tuple[int, int] | None = None
+        self._broker_state_losses = 0
         self._fatal_error: BaseException | None = None
         self._partitions: dict[_TP, PartitionSequenceState] = {}
         self._with_unresolved: set[_TP] = set()  # step 1 visits only these
@@ -258,12 +268,15 @@ class IdempotenceManager:
         """
         drop = [key for key, p in self._partitions.items()
                 if key[0] == topic and not p.in_flight and not p.unresolved
-                and (p.next_sequence == 0 or p.producer_id != self._producer_id
-                     or p.producer_epoch != self._producer_epoch)]
+                and (p.next_sequence == 0 or self._is_stale(p))]
         for key in drop:
             del self._partitions[key]
             self._with_unresolved.discard(key)
         return len(drop)
+
+    def _is_stale(self, p: PartitionSequenceState) -> bool:
+        """``p``'s sequences belong to an earlier producer id/epoch assignment."""
+        return p.is_stale(self._producer_id, self._producer_epoch, self._generation)
 
     def _fire(self, event: Event) -> None:
         target = next_state(self._state, event)
@@ -324,11 +337,26 @@ class IdempotenceManager:
             self._epoch_bumps += 1
         else:
             self._fresh_producer_ids += 1
+        state_lost = self._last_pair == (producer_id, producer_epoch)
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
+        self._last_pair = (producer_id, producer_epoch)
+        self._generation += 1
         self.last_bump_at = self._clock()
         log.info("[client %s] producer id %d epoch %d", self._client_id, producer_id,
                  producer_epoch)
+        if state_lost:
+            # A broker never hands out the same id and epoch twice unless it lost what it
+            # knew about them (Tansu restarted with memory storage does). Every sequence we
+            # hold is then meaningless to it: each partition renumbers its held batches from
+            # 0 as soon as none is on the wire, instead of finishing them under sequences the
+            # broker would answer OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
+            self._broker_state_losses += 1
+            for p in self._partitions.values():
+                p.reset_requested = True
+            log.warning("[client %s] the broker handed out producer id %d epoch %d again: it "
+                        "lost our producer state; renumbering every partition's unacknowledged "
+                        "batches from sequence 0", self._client_id, producer_id, producer_epoch)
 
     def on_init_producer_id_failed(self, error: BaseException) -> None:
         """InitProducerId failed: retriable errors are tried again, others are fatal."""
@@ -355,7 +383,7 @@ class IdempotenceManager:
         if self._state is ProducerIdState.FATAL:
             return  # nothing is sent any more; no bump can matter
         p.reset_requested = True
-        if p.is_stale(self._producer_id, self._producer_epoch):
+        if self._is_stale(p):
             return  # a bump or new id already happened since; its restart covers this
         log.info("[client %s] %s-%d: %s; bumping the epoch and resetting sequences",
                  self._client_id, p.topic, p.partition, why)
@@ -374,6 +402,8 @@ class IdempotenceManager:
                 return
             self._fire(Event.EPOCH_BUMPED_LOCALLY)
             self._producer_epoch += 1
+            self._generation += 1
+            self._last_pair = (self._producer_id, self._producer_epoch)
             self._epoch_bumps += 1
             self.last_bump_at = self._clock() if now is None else now
             log.info("[client %s] producer id %d: epoch bumped to %d", self._client_id,
@@ -430,7 +460,7 @@ class IdempotenceManager:
             return False  # step 2a
         if p.retrying:
             return False  # step 2c: retries go first, one at a time
-        if p.is_stale(self._producer_id, self._producer_epoch) and p.in_flight:
+        if self._is_stale(p) and p.in_flight:
             return False  # step 2b: old-epoch batches still in flight
         return len(p.in_flight) < p.in_flight_limit  # KIP-1269
 
@@ -463,7 +493,7 @@ class IdempotenceManager:
         seq = p.next_sequence
         batch.stamp(self._producer_id, self._producer_epoch, seq)
         p.next_sequence = increment_sequence(seq, batch.record_count)
-        p.add(InFlightEntry(batch, on_wire=True))
+        p.add(InFlightEntry(batch, on_wire=True, generation=p.generation))
         self._in_flight_total += 1
 
     def _maybe_restart(self, p: PartitionSequenceState) -> None:
@@ -473,13 +503,13 @@ class IdempotenceManager:
         the callers ensured). It did not: only once it holds nothing at all, so batches that
         may already be written finish under the old epoch, where the broker de-duplicates them.
         """
-        if not p.is_stale(self._producer_id, self._producer_epoch) or p.on_wire_count:
+        if not self._is_stale(p) or p.on_wire_count:
             return
         if p.in_flight and not p.reset_requested:
             return
         if p.producer_id != NO_PRODUCER_ID:
             self._sequence_resets += 1  # the first start is not a reset
-        p.restart_sequences(self._producer_id, self._producer_epoch)
+        p.restart_sequences(self._producer_id, self._producer_epoch, self._generation)
         self._with_unresolved.discard((p.topic, p.partition))
         log.debug("[client %s] %s-%d: sequences restart at 0 under producer id %d epoch %d "
                   "(%d held batch(es) renumbered)", self._client_id, p.topic, p.partition,
@@ -507,8 +537,7 @@ class IdempotenceManager:
         if entry is not None:
             p.remove(entry)
             self._in_flight_total -= 1
-        if batch.base_sequence >= 0 and not p.is_stale(batch.producer_id,
-                                                       batch.producer_epoch):
+        if batch.base_sequence >= 0 and self._speaks_of_current_numbering(p, entry, batch):
             if entry is not None and not p.is_next_sequence(batch.base_sequence):
                 log.debug("[client %s] %s-%d: acknowledged sequence %d after %d (out of order "
                           "answers, e.g. across a leader change)", self._client_id, p.topic,
@@ -517,6 +546,24 @@ class IdempotenceManager:
                           -1 if duplicate else base_offset)
         if p.unresolved:
             self.check_unresolved(p)
+
+    @staticmethod
+    def _speaks_of_current_numbering(p: PartitionSequenceState, entry: InFlightEntry | None,
+                                     batch: SequencedBatch) -> bool:
+        """An answer for ``batch`` tells us about ``p``'s current sequences.
+
+        A tracked batch: if it was numbered in the partition's current generation. An
+        untracked one (it expired on the wire): only if it is one of the current generation's
+        unresolved ranges, the one case where its late success matters (step 1a). The header
+        alone cannot decide: after a broker lost its state, the same id and epoch return.
+        """
+        if entry is not None:
+            return entry.generation == p.generation and not p.is_stale(
+                batch.producer_id, batch.producer_epoch)
+        return any(r.base_sequence == batch.base_sequence and r.generation == p.generation
+                   and (r.producer_id, r.producer_epoch) == (batch.producer_id,
+                                                             batch.producer_epoch)
+                   for r in p.unresolved)
 
     def on_error(self, batch: SequencedBatch, error_code: int, now: float | None = None,
                  decision: RetryDecision | None = None) -> RetryDecision:
@@ -567,7 +614,7 @@ class IdempotenceManager:
         p.remove(entry)
         self._in_flight_total -= 1
         if decision.retriable and entry.possibly_written:
-            self._add_unresolved(p, batch)  # out of time after an ambiguous attempt: step 6
+            self._add_unresolved(p, entry)  # out of time after an ambiguous attempt: step 6
             return decision
         why = "out of time" if decision.retriable else "not retriable (step 8a)"
         self._request_reset(p, f"{code.name} failed sequence {batch.base_sequence}, {why}")
@@ -589,14 +636,16 @@ class IdempotenceManager:
             return False  # the pending reset will renumber this batch too: just retry
         if code is ErrorCode.UNKNOWN_PRODUCER_ID:
             return True  # the broker lost our state (retention): bump & reset, then retry
-        # A real gap, proved by the broker, exists only if what comes right before this batch
-        # is known: acknowledged (then the broker lost it), or unresolved (then it was not
-        # written). If it is a batch still being retried, the gap closes by itself: retry.
-        # The seed says "the next after the *largest* unresolved" and "unresolved is empty";
-        # this is both, restricted like Java's (a batch that is not next just retries) and
-        # extended to any unresolved predecessor, which otherwise stalls until expiry.
-        base = entry.batch.base_sequence
-        return p.is_next_sequence(base) or p.follows_unresolved(base)
+        # A real gap, proved by the broker, exists only when no batch we still hold comes
+        # before this one: then everything before it was acknowledged (the broker lost it),
+        # expired unresolved (then it was not written, or the broker would expect this batch),
+        # or failed (a reset is already pending). If an earlier batch is still held, being
+        # retried or on the wire, its own answer decides: it may be written (its response was
+        # lost) and renumbering it would write it twice, so this one just retries behind it.
+        # This is Java's "is it the next sequence" test (TransactionManager) and librdkafka's
+        # "first in-flight" test, read over what we hold rather than over the last
+        # acknowledgement alone, which after a broker restart or an expiry says nothing.
+        return p.first_in_flight() is entry
 
     def _forget(self, p: PartitionSequenceState, entry: InFlightEntry | None) -> None:
         if entry is not None:
@@ -619,7 +668,8 @@ class IdempotenceManager:
         for new in new_batches:
             new.stamp(batch.producer_id, batch.producer_epoch, seq)
             seq = increment_sequence(seq, new.record_count)
-            entries.append(InFlightEntry(new, on_wire=False, retried=True))
+            entries.append(InFlightEntry(new, on_wire=False, retried=True,
+                                         generation=entry.generation))
         p.replace(entry, entries)
         self._in_flight_total += len(entries) - 1
         self._splits += 1
@@ -644,14 +694,15 @@ class IdempotenceManager:
         p.remove(entry)
         self._in_flight_total -= 1
         if written:
-            self._add_unresolved(p, batch)
+            self._add_unresolved(p, entry)
         else:
             self._request_reset(p, f"sequence {batch.base_sequence} expired unsent")
 
-    def _add_unresolved(self, p: PartitionSequenceState, batch: SequencedBatch) -> None:
+    def _add_unresolved(self, p: PartitionSequenceState, entry: InFlightEntry) -> None:
+        batch = entry.batch
         p.unresolved.append(UnresolvedRange(
             batch.base_sequence, last_sequence(batch.base_sequence, batch.record_count),
-            batch.producer_id, batch.producer_epoch))
+            batch.producer_id, batch.producer_epoch, entry.generation))
         self._with_unresolved.add((p.topic, p.partition))
         self._unresolved_total += 1
         self.check_unresolved(p)
@@ -680,7 +731,8 @@ class IdempotenceManager:
             producer_id_resets=max(0, self._fresh_producer_ids - 1),
             sequence_resets=self._sequence_resets, retries=self._retries_done,
             splits=self._splits, unresolved_batches=self._unresolved_total,
-            resolved_batches=self._resolved_total)
+            resolved_batches=self._resolved_total,
+            broker_state_losses=self._broker_state_losses)
 
     def __repr__(self) -> str:
         s = self.statistics()

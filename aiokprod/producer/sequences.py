@@ -139,6 +139,11 @@ class InFlightEntry:
     # Some attempt ended without a definite answer (timeout, lost connection), so the broker may
     # hold its records: if it expires it becomes unresolved rather than simply failed (step 6).
     possibly_written: bool = False
+    # The producer-id generation (see PartitionSequenceState.generation) its sequence belongs
+    # to. An InitProducerId answer can repeat the very same id and epoch (a broker that lost
+    # its state hands them out again), so the header alone cannot say whether an answer speaks
+    # of the partition's current numbering; this can.
+    generation: int = 0
 
     @property
     def base_sequence(self) -> int:
@@ -163,6 +168,9 @@ class UnresolvedRange:
     # The epoch they were written under: after a reset they no longer mean anything.
     producer_id: int
     producer_epoch: int
+    # ... and the producer-id generation, which tells a reset apart even when the broker
+    # handed out the same id and epoch again.
+    generation: int = 0
 
 
 @dataclass(eq=False)
@@ -181,6 +189,12 @@ class PartitionSequenceState:
     # 0, but only once no batch of the old epoch can still reach the broker (seed 000, 2b/3).
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
+    # Which producer-id assignment (InitProducerId answer or local bump, counted by the
+    # manager) the sequences belong to. Compared instead of the id and epoch alone because a
+    # broker that lost its producer state (a restart with memory storage, or any broker that
+    # forgot us) may hand out the very same id and epoch again: the old sequences are then
+    # meaningless although the pair did not change.
+    generation: int = 0
     # Base sequence for the next new batch; advanced by its record count at drain (step 4).
     next_sequence: int = 0
     # Last record sequence the broker confirmed in this epoch (-1: none). A response may only
@@ -218,9 +232,12 @@ class PartitionSequenceState:
         """While a partition retries, it has one batch in flight at a time (seed 000, 2c)."""
         return self.retrying_count > 0
 
-    def is_stale(self, producer_id: int, producer_epoch: int) -> bool:
-        """Its sequences belong to another producer id or epoch than the current one."""
-        return self.producer_id != producer_id or self.producer_epoch != producer_epoch
+    def is_stale(self, producer_id: int, producer_epoch: int,
+                 generation: int | None = None) -> bool:
+        """Its sequences belong to another producer id or epoch than the current one, or
+        (when ``generation`` is given) to an earlier assignment of the same pair."""
+        return (self.producer_id != producer_id or self.producer_epoch != producer_epoch
+                or (generation is not None and generation != self.generation))
 
     def entry_for(self, batch: SequencedBatch) -> InFlightEntry | None:
         """The in-flight entry of this very batch object, if it is tracked."""
@@ -302,25 +319,31 @@ class PartitionSequenceState:
             return 0
         acked = self.last_acked_sequence
         keep = [r for r in self.unresolved
-                if (r.producer_id, r.producer_epoch) != (self.producer_id, self.producer_epoch)
+                if (r.producer_id, r.producer_epoch, r.generation)
+                != (self.producer_id, self.producer_epoch, self.generation)
                 or sequence_precedes(acked, r.last_sequence)]
         resolved = len(self.unresolved) - len(keep)
         self.unresolved = keep
         return resolved
 
-    def restart_sequences(self, producer_id: int, producer_epoch: int) -> list[InFlightEntry]:
+    def restart_sequences(self, producer_id: int, producer_epoch: int,
+                          generation: int | None = None) -> list[InFlightEntry]:
         """Renumber every held batch from 0 under a new id/epoch, in order (seed 000, step 3).
 
         Only legal with nothing on the wire: a batch already sent cannot change its header.
+        ``generation`` is the manager's producer-id generation (default: the next one).
         Returns the restamped entries.
         """
         if self.on_wire_count:
             raise IllegalStateError(
                 f"{self.topic}-{self.partition}: cannot restart sequences with "
                 f"{self.on_wire_count} batch(es) still on the wire")
+        if generation is None:
+            generation = self.generation + 1
         seq = 0
         for entry in self.in_flight:
             entry.batch.stamp(producer_id, producer_epoch, seq)
+            entry.generation = generation
             # the new epoch has never seen these records: nothing of this epoch is ambiguous
             entry.possibly_written = False
             seq = increment_sequence(seq, entry.batch.record_count)
@@ -328,6 +351,7 @@ class PartitionSequenceState:
             self.sequence_resets += 1  # the first start is not a reset
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
+        self.generation = generation
         self.next_sequence = seq
         self.last_acked_sequence = NO_SEQUENCE
         self.unresolved.clear()
@@ -339,7 +363,7 @@ class PartitionSequenceState:
 
     def __repr__(self) -> str:
         return (f"<PartitionSequenceState {self.topic}-{self.partition} "
-                f"pid={self.producer_id} epoch={self.producer_epoch} "
+                f"pid={self.producer_id} epoch={self.producer_epoch} gen={self.generation} "
                 f"next={self.next_sequence} acked={self.last_acked_sequence} "
                 f"in_flight={len(self.in_flight)}/{self.in_flight_limit} "
                 f"on_wire={self.on_wire_count} unresolved={len(self.unresolved)} "
