@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import ClusterView
 from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
+from aiokprod.producer.sequences import insert_in_sequence_order
 from aiokprod.records import (
     CompressionRatioEstimator,
     CompressionType,
@@ -466,26 +467,25 @@ class RecordAccumulator:
     def reenqueue(self, batch: ProducerBatch, now: float, *, front: bool = False) -> None:
         """Put a batch back for a retry, in sequence order among the partition's batches.
 
-        Seed 001: a retried idempotent batch must go back before any batch with a higher
+        Seed 001: a retried idempotent batch must go back before any batch with a later
         sequence, or the broker would see a gap. Batches never drained (sequence -1) stay last.
+        "Later" is wrap-aware (``sequences.insert_in_sequence_order``): a plain ``>`` put a
+        retry of sequence 2**31-2 behind one of sequence 1, and the partition stalled, since
+        idempotence sends only the first held batch while retrying. ``front`` is kept for
+        callers; an unnumbered batch always goes back to the head.
         """
         batch.attempts += 1
         batch.in_retry = True
         batch.last_attempt_at = now
         batch.retry_at = now + self._retry_backoff(batch.attempts - 1) / 1000
         queue = self._queue(batch.topic, batch.partition)
-        batches = queue.batches
-        seq = batch.base_sequence
-        index = 0
-        if front and seq < 0:
-            index = 0
-        elif seq >= 0:
-            for index, other in enumerate(batches):  # noqa: B007 - index used after the loop
-                if other.base_sequence < 0 or other.base_sequence > seq:
-                    break
-            else:
-                index = len(batches)
-        batches.insert(index, batch)
+        if batch.base_sequence < 0:
+            # never numbered (idempotence off, or a split of an unnumbered batch): it was
+            # drained from the head, so it goes back to the head
+            queue.batches.appendleft(batch)
+        else:
+            # wrap-aware (2**31-1 is followed by 0): the one ordering rule, in sequences.py
+            insert_in_sequence_order(queue.batches, batch)
         self._queued_records += batch.record_count
         self._wakeup()
 

@@ -1,0 +1,96 @@
+"""Retries across the int32 sequence wrap (issue 8, item 3), on the real RecordAccumulator and
+IdempotenceManager wired the way the sender wires them.
+
+Sequences wrap from 2**31-1 to 0. ``RecordAccumulator.reenqueue`` used to order retries with a
+plain ``>``, so a retry of sequence 2**31-2 went back *behind* a retry of sequence 1. While a
+partition retries, idempotence sends only the first batch it holds (seed 000, step 2c): the
+queue's head was never that batch, and the partition stalled until delivery.timeout.ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokprod._error_codes import ErrorCode
+from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
+from aiokprod.producer.accumulator import RecordAccumulator
+from aiokprod.producer.batch import ProducerBatch
+from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.sequences import MAX_SEQUENCE
+from aiokprod.records import read_batches
+
+TOPIC = "t"
+VALUE = b"v" * 100
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def view() -> ClusterView:
+    return ClusterView({1: BrokerNode(1, "localhost", 9001)},
+                       {TOPIC: TopicMetadata.build(TOPIC, [PartitionMetadata(0, 1, 0)])})
+
+
+async def test_retries_across_the_sequence_wrap_go_back_in_wrap_aware_order() -> None:
+    clock = Clock()
+    acc = RecordAccumulator(pool=BufferPool(1 << 20, 1024, clock=clock), batch_size=1024,
+                            linger_ms=0, delivery_timeout_ms=120_000,
+                            retry_backoff=lambda attempts: 10.0, clock=clock)
+    idem = IdempotenceManager(clock=clock)
+    idem.init_producer_id_params()
+    idem.on_producer_id(7, 0)
+    cluster = view()
+
+    def drain() -> list[ProducerBatch]:
+        drained = acc.drain(cluster, [1], 1 << 20, clock.now,
+                            can_send=lambda b: idem.can_send(b, clock.now),
+                            on_drain=idem.assign_sequence)
+        return drained.get(1, [])
+
+    # one batch acknowledged, then the partition's sequences are moved close to the wrap
+    assert acc.try_append(TOPIC, 0, 0, None, VALUE, None) is not None
+    (first,) = drain()
+    idem.on_success(first, base_offset=0)
+    p = idem.partition_state(first)
+    p.next_sequence, p.last_acked_sequence = MAX_SEQUENCE - 1, MAX_SEQUENCE - 2
+    # two full batches: a holds MAX-1, MAX, 0 .. and b continues after the wrap
+    sent: list[ProducerBatch] = []
+    for _ in range(2):
+        for _ in range(3):
+            acc.try_append(TOPIC, 0, 0, None, VALUE, None)
+        clock.now += 0.001
+        acc.try_append(TOPIC, 0, 0, None, b"x" * 900, None)  # forces the next batch
+        (batch,) = drain()
+        sent.append(batch)
+    a, b = sent
+    assert a.base_sequence == MAX_SEQUENCE - 1
+    assert 0 < b.base_sequence < a.base_sequence  # b's sequence wrapped
+    # the leader moved: b is answered first, then a; both go back for a retry
+    for batch in (b, a):
+        assert idem.on_error(batch, ErrorCode.NOT_LEADER_OR_FOLLOWER, clock.now).action \
+            is Action.RETRY
+        acc.reenqueue(batch, clock.now)
+    clock.now += 1.0
+    # a must come first; with the plain ">" the queue was [b, a] and nothing could be drained
+    order = []
+    for _ in range(4):
+        drained = drain()
+        if not drained:
+            break
+        (batch,) = drained
+        order.append(batch)
+        idem.on_success(batch, base_offset=len(order))
+        clock.now += 0.001
+    assert order[:2] == [a, b], [x.base_sequence for x in order]
+    # what goes on the wire carries the wrapped sequences, as the broker expects them
+    assert b.sealed is not None
+    (decoded,) = list(read_batches(b.sealed))
+    assert decoded.base_sequence == b.base_sequence
+    assert acc.statistics().queued_batches <= 1
+    await asyncio.sleep(0)
