@@ -242,57 +242,65 @@ class Producer:
         Suspends only to wait for the topic's metadata or for buffer memory, each at most
         ``max_block_ms``. Cancelling it while it waits leaves nothing queued.
         """
-        acc, _sender = self._sending_parts()
-        if self._interceptors:
-            topic, value, key, partition, timestamp_ms, headers = self._on_send(
-                topic, value, key, partition, timestamp_ms, headers)
-        cluster = self._cluster
-        assert cluster is not None
-        meta = cluster.view.topics.get(topic)
-        if meta is None:
-            validate_topic(topic)  # known topics were validated on their first send
-        # the common case (bytes or None, no serializer) costs no call
-        if self._key_serializer is None and (key is None or type(key) is bytes):
-            key_bytes: bytes | None = key
-        else:
-            key_bytes = self._serialize(topic, key, self._key_serializer, "key")
-        if self._value_serializer is None and (value is None or type(value) is bytes):
-            value_bytes: bytes | None = value
-        else:
-            value_bytes = self._serialize(topic, value, self._value_serializer, "value")
-        if headers is not None:
-            headers = _check_headers(headers)
-        timestamp_ms = self._checked_timestamp(timestamp_ms)
-        size = (0 if key_bytes is None else len(key_bytes)) + \
-            (0 if value_bytes is None else len(value_bytes))
-        if headers or size > self._max_record_fast:
-            size = estimate_record_size(key_bytes, value_bytes, headers)
-        if size > self._max_record:
-            raise RecordTooLargeError(
-                f"The message is {size} bytes when serialized which is larger than "
-                f"{self._max_record}, the smaller of max.request.size="
-                f"{self._config.max_request_size} and buffer.memory={self._config.buffer_memory}")
-        start = 0.0
-        if meta is None or not meta.partition_ids:
-            start = time.monotonic()
-            meta = await self._wait_for_topic(topic)
-        if partition is None:
-            partition = self._partitioner.place(topic, key_bytes, value_bytes,
-                                                meta.partition_ids, meta.available_partitions,
-                                                size)
-        else:
-            if partition not in meta.partitions:
+        try:
+            acc, _sender = self._sending_parts()
+            if self._interceptors:
+                topic, value, key, partition, timestamp_ms, headers = self._on_send(
+                    topic, value, key, partition, timestamp_ms, headers)
+            cluster = self._cluster
+            assert cluster is not None
+            meta = cluster.view.topics.get(topic)
+            if meta is None:
+                validate_topic(topic)  # known topics were validated on their first send
+            # the common case (bytes or None, no serializer) costs no call
+            if self._key_serializer is None and (key is None or type(key) is bytes):
+                key_bytes: bytes | None = key
+            else:
+                key_bytes = self._serialize(topic, key, self._key_serializer, "key")
+            if self._value_serializer is None and (value is None or type(value) is bytes):
+                value_bytes: bytes | None = value
+            else:
+                value_bytes = self._serialize(topic, value, self._value_serializer, "value")
+            if headers is not None:
+                headers = _check_headers(headers)
+            timestamp_ms = self._checked_timestamp(timestamp_ms)
+            size = (0 if key_bytes is None else len(key_bytes)) + \
+                (0 if value_bytes is None else len(value_bytes))
+            if headers or size > self._max_record_fast:
+                size = estimate_record_size(key_bytes, value_bytes, headers)
+            if size > self._max_record:
+                raise RecordTooLargeError(
+                    f"The message is {size} bytes when serialized which is larger than "
+                    f"{self._max_record}, the smaller of max.request.size="
+                    f"{self._config.max_request_size} and buffer.memory="
+                    f"{self._config.buffer_memory}")
+            start = 0.0
+            if meta is None or not meta.partition_ids:
+                start = time.monotonic()
+                meta = await self._wait_for_topic(topic)
+            if partition is None:
+                partition = self._partitioner.place(topic, key_bytes, value_bytes,
+                                                    meta.partition_ids, meta.available_partitions,
+                                                    size)
+            else:
+                if partition not in meta.partitions:
+                    if not start:
+                        start = time.monotonic()
+                    meta = await self._wait_for_partition(topic, partition, start)
+                self._partitioner.on_append(topic, partition, size)
+            future = acc.try_append(topic, partition, timestamp_ms, key_bytes, value_bytes, headers)
+            if future is None:
                 if not start:
                     start = time.monotonic()
-                meta = await self._wait_for_partition(topic, partition, start)
-            self._partitioner.on_append(topic, partition, size)
-        future = acc.try_append(topic, partition, timestamp_ms, key_bytes, value_bytes, headers)
-        if future is None:
-            if not start:
-                start = time.monotonic()
-            future = await self._append_waiting(topic, partition, timestamp_ms, key_bytes,
-                                                value_bytes, headers, start)
-        return future
+                future = await self._append_waiting(topic, partition, timestamp_ms, key_bytes,
+                                                    value_bytes, headers, start)
+            return future
+        except KafkaError:
+            # what send() itself refuses counts as a record error, as in Java's doSend
+            metrics = self._metrics
+            if metrics is not None:
+                metrics.record_errors.record(1, 1)
+            raise
 
     async def _append_waiting(self, topic: str, partition: int, timestamp_ms: int,
                               key: bytes | None, value: bytes | None, headers: Headers | None,
@@ -492,6 +500,7 @@ class Producer:
         if acc is None:
             raise self._not_sending_error()
         pending = acc.begin_flush()
+        started = time.perf_counter_ns()
         try:
             waits = [b.wait_done() for b in pending]
             if waits:
@@ -502,6 +511,7 @@ class Producer:
                         f"undelivered")
         finally:
             acc.end_flush()
+            self._time_operation("flush", started)
 
     async def partitions_for(self, topic: str) -> list[int]:
         """Partition ids of ``topic``, waiting for its metadata up to ``max_block_ms``."""
@@ -549,6 +559,7 @@ class Producer:
         during the wait ends it with ``ProducerClosedError`` or the fatal cause."""
         cluster = self._cluster
         assert cluster is not None
+        started = time.perf_counter_ns()
         try:
             # the first wait of any call, so all of max.block.ms is left (and the timeout
             # message names the configured value)
@@ -557,9 +568,17 @@ class Producer:
             if self._closed or (self._sender is not None and self._sender.fatal_error):
                 raise self._stopped_error("metadata") from exc
             raise
+        finally:
+            self._time_operation("metadata-wait", started)
         if self._closed:
             raise self._stopped_error("metadata")
         return meta
+
+    def _time_operation(self, operation: str, started_ns: int) -> None:
+        """Add the time since ``started_ns`` to ``{operation}-time-ns-total``."""
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.operation_time[operation].record(time.perf_counter_ns() - started_ns, 1)
 
     async def _wait_for_partition(self, topic: str, partition: int, start: float
                                   ) -> TopicMetadata:

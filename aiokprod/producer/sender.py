@@ -432,9 +432,8 @@ class Sender:
                         batch.topic, record_count=batch.record_count,
                         size_bytes=batch.size_in_bytes,
                         compression_ratio=batch.builder.observed_ratio or 1.0,
-                        # per batch, not per record: the batch's mean record size
-                        max_record_bytes=batch.builder.uncompressed_size
-                        // max(batch.record_count, 1),
+                        # per batch, not per record: the largest record the batch holds
+                        max_record_bytes=batch.builder.max_record_size,
                         queue_time_ms=(now - batch.created_at) * 1000, now=now)
             metrics.record_request(node, record_count=records, size_bytes=size, now=now)
         future.add_done_callback(lambda f: self._on_produce_done(node, by_tp, f, now))

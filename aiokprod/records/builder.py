@@ -59,6 +59,17 @@ _NULL = b"\x01"
 _ZERO = b"\x00"
 # null key, null value, no headers: the tail of a tombstone record.
 _NULL_KEY_NULL_VALUE = b"\x01\x01\x00"
+# The most a record's framing adds to its key and value: length, attributes, timestamp delta,
+# offset delta, key and value lengths, header count (varints at their widest).
+_RECORD_FRAMING_MAX = 5 + 1 + 10 + 5 + 5 + 5 + 5
+
+
+def _longest(items: Sequence[bytes | None]) -> int:
+    """len() of the longest item (None counts 0), at C speed when there is no None."""
+    try:
+        return max(map(len, items), default=0)  # type: ignore[arg-type]
+    except TypeError:
+        return max((len(i) for i in items if i is not None), default=0)
 
 _ZZ = ZIGZAG_TABLE
 _TABLE_SIZE = len(ZIGZAG_TABLE)
@@ -172,6 +183,7 @@ class RecordBatchBuilder:
         "base_timestamp",
         "compression",
         "full",
+        "max_record_size",
         "max_timestamp",
         "observed_ratio",
         "record_count",
@@ -247,6 +259,9 @@ class RecordBatchBuilder:
         self._sealed: memoryview | None = None
         # Records-section size before compression, kept because seal overwrites those bytes.
         self._uncompressed_size = 0
+        # The largest record appended, in bytes (Java's ProducerBatch.maxRecordSize, which
+        # feeds record-size-max): exact for try_append, an upper bound for append_many.
+        self.max_record_size = 0
 
     # ------------------------------------------------------------------------------ appending
 
@@ -309,8 +324,11 @@ class RecordBatchBuilder:
             self.full = True
             return False
         self.record_count = count + 1
-        if end + (end - mark) > self._limit:
+        size = end - mark
+        if end + size > self._limit:
             self.full = True  # another record like this one would not fit: send it now
+        if size > self.max_record_size:  # noqa: PLR1730 - see max_timestamp below
+            self.max_record_size = size
         # An `if` rather than max(): it skips the store and a builtin call on the hot path.
         if timestamp_ms > self.max_timestamp:  # noqa: PLR1730
             self.max_timestamp = timestamp_ms
@@ -412,10 +430,24 @@ class RecordBatchBuilder:
                     timestamp_ms, values, keys, headers, start + taken, total
                 )
             self._commit_many(timestamp_ms, count)
-            if start + (count - first) < total:
+            taken = count - first
+            if taken:
+                self._note_largest(values, keys, start, start + taken)
+            if start + taken < total:
                 self.full = True  # the loop stopped on the write limit
-            return count - first
+            return taken
         return self._append_each(timestamp_ms, values, keys, headers, start, total)
+
+    def _note_largest(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                      start: int, stop: int) -> None:
+        """``max_record_size`` after a bulk append: the largest key + value taken plus the
+        most a record's framing adds (headers not counted), found by C-level max() over the
+        slice instead of a compare per record in the loop above."""
+        largest = _longest(values[start:stop])
+        if keys is not None:
+            largest += _longest(keys[start:stop])
+        largest += _RECORD_FRAMING_MAX
+        self.max_record_size = max(self.max_record_size, largest)
 
     def _commit_many(self, timestamp_ms: int, count: int) -> None:
         if count > self.record_count:
