@@ -399,3 +399,76 @@ async def test_socket_buffer_sizes_reach_the_connector() -> None:
                        receive_buffer_bytes=-1) as c:
         await c.refresh_now(2000)
         assert net.last_buffers == (65536, -1)
+
+
+# ---- addresses and rejoining ----------------------------------------------------------------
+
+
+async def test_broker_that_moved_is_reconnected_at_its_new_address() -> None:
+    net = ScriptedNetwork()
+    net.node(9001, broker_id=1)
+    old = net.node(9002, broker_id=2)
+    async with running(net, f"{H}:9001", metadata_max_age_ms=60_000) as c:
+        await eventually(lambda: set(c.view.brokers) == {1, 2})
+        conn = await c.connection(2)
+        new = net.node(9012, broker_id=2)  # broker 2 restarted on another port
+        c.request_update()
+        await eventually(lambda: c.links().get(2) == (H, 9012))
+        assert not conn.connected and old.open_transports() == []
+        moved = await c.connection(2, 1000)
+        assert moved.port == 9012 and new.connect_attempts == 1
+
+
+async def test_broker_that_left_and_came_back_is_usable_again() -> None:
+    net = ScriptedNetwork()
+    net.node(9001, broker_id=1)
+    two = net.node(9002, broker_id=2)
+    async with running(net, f"{H}:9001", metadata_max_age_ms=60_000) as c:
+        await eventually(lambda: set(c.view.brokers) == {1, 2})
+        await c.connection(2)
+        del net.cluster.brokers[2]
+        c.request_update()
+        await eventually(lambda: 2 not in c.links())
+        net.cluster.brokers[2] = (H, 9002)
+        c.request_update()
+        await eventually(lambda: 2 in c.links())
+        conn = await c.connection(2, 1000)
+        assert conn.connected and two.connect_attempts == 2
+
+
+async def test_lost_connection_reconnects_after_the_backoff() -> None:
+    net = one_broker_net()
+    node = net.nodes[(H, 9001)]
+    async with running(net, f"{H}:9001", start=False, reconnect_backoff_ms=200,
+                       reconnect_backoff_max_ms=200) as c:
+        await c.refresh_now(2000)
+        conn = await c.connection(1)
+        node.open_transports()[0].server_close()
+        await eventually(lambda: not conn.connected, 1.0)
+        assert c.ready_connection(1) is None
+        assert 0.1 < c.connection_delay(1) <= 0.25  # 200 ms ± 20%
+        start = time.monotonic()
+        again = await c.connection(1, 2000)
+        assert again.connected and 0.1 < time.monotonic() - start < 0.35
+
+
+async def test_all_brokers_down_falls_back_to_bootstrap_and_recovers() -> None:
+    net = ScriptedNetwork()
+    broker = net.node(9001, broker_id=1)
+    boot = net.node(9000)
+    async with running(net, f"{H}:9000", metadata_max_age_ms=60_000,
+                       reconnect_backoff_ms=20, reconnect_backoff_max_ms=50) as c:
+        await eventually(lambda: set(c.view.brokers) == {1})
+        await c.connection(1)
+        broker.mode = "refuse"
+        boot.mode = "refuse"
+        for t in broker.open_transports():
+            t.server_close()
+        await asyncio.sleep(0.3)
+        failures = c.statistics().metadata_failures
+        assert broker.connect_attempts >= 2 and boot.connect_attempts >= 2
+        broker.mode = "answer"
+        await eventually(lambda: c.ready_connection(1) is not None, 2.0)
+        c.request_update()
+        await eventually(lambda: c.statistics().metadata_refreshes >= 2, 2.0)
+        assert c.statistics().metadata_failures >= failures
