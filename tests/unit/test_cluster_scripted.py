@@ -74,7 +74,7 @@ async def test_dead_bootstrap_server_first_costs_at_most_the_stagger(dead_mode: 
         elapsed = time.monotonic() - start
         assert meta.partition_ids == (0,)
         assert dead.connect_attempts == 1
-        bound = 0.15 if dead_mode == "refuse" else 0.6
+        bound = 0.5 if dead_mode == "refuse" else 1.5  # vs a 5 s set-up timeout
         assert elapsed < bound, elapsed
 
 
@@ -85,7 +85,7 @@ async def test_dead_bootstrap_server_second_is_never_waited_on() -> None:
         start = time.monotonic()
         c.start()
         await c.wait_for_topic("t", 5000)
-        assert time.monotonic() - start < 0.15
+        assert time.monotonic() - start < 0.5
         assert dead.connect_attempts == 0
 
 
@@ -100,11 +100,11 @@ async def test_silent_node_attempt_is_bounded_by_the_setup_timeout() -> None:
         start = time.monotonic()
         conn = await c.least_loaded_connection(2000)
         assert conn.port == 9001
-        assert 0.09 < time.monotonic() - start < 0.3
+        assert 0.09 < time.monotonic() - start < 0.6
         assert good.connect_attempts == 1
         # the silent one is still connecting; its attempt ends at its bound, ~300 ms
         await eventually(lambda: c.statistics().failed_connects == 1, 1.0)
-        assert 0.23 < time.monotonic() - start < 0.6  # 300 ms ± 20% jitter
+        assert 0.23 < time.monotonic() - start < 1.0  # 300 ms ± 20% jitter
         assert isinstance(c.node_error(-1), KafkaConnectionError)
         assert "socket.connection.setup.timeout.ms=" in str(c.node_error(-1))
         assert silent.open_transports() == []
@@ -119,7 +119,7 @@ async def test_every_server_dead_fails_within_the_timeout_naming_each() -> None:
         start = time.monotonic()
         with pytest.raises(KafkaConnectionError) as info:
             await c.least_loaded_connection(700)
-        assert 0.65 < time.monotonic() - start < 1.0
+        assert 0.65 < time.monotonic() - start < 1.5
         text = str(info.value)
         assert "127.0.0.1:9000" in text and "127.0.0.1:9001" in text
         assert "refused" in text.lower() or "Connect call failed" in text
@@ -185,7 +185,7 @@ async def test_idle_connection_closed_after_connections_max_idle_ms() -> None:
         opened = time.monotonic()
         await eventually(lambda: not conn.connected, 2.0)
         idle = time.monotonic() - opened
-        assert 0.25 < idle < 0.8, idle
+        assert 0.25 < idle < 1.5, idle
         assert c.statistics().idle_closed >= 1
         assert "connections.max.idle.ms=300" in str(conn.closed_cause)
         # no backoff after closing on purpose: the next use reconnects at once
@@ -309,7 +309,7 @@ async def test_waited_for_topic_does_not_expire_and_stops_being_asked_for_after(
         start = time.monotonic()
         with pytest.raises(KafkaTimeoutError, match="does not exist"):
             await c.wait_for_topic("missing", 800)
-        assert 0.75 < time.monotonic() - start < 1.2
+        assert 0.75 < time.monotonic() - start < 2.0
         asked = node.count(METADATA)
         assert asked >= 8  # about every retry.backoff.ms while it waited
         assert expired == []  # 800 ms > metadata.max.idle.ms, but a waiter held it
@@ -389,7 +389,7 @@ async def test_acks0_request_times_out_when_the_buffer_never_drains() -> None:
         future = conn.send(request, expect_response=False)
         with pytest.raises(RequestTimeoutError, match="acks=0"):
             await future
-        assert 0.25 < time.monotonic() - start < 0.6
+        assert 0.25 < time.monotonic() - start < 1.2
         assert not conn.connected
 
 
@@ -449,7 +449,7 @@ async def test_lost_connection_reconnects_after_the_backoff() -> None:
         assert 0.1 < c.connection_delay(1) <= 0.25  # 200 ms ± 20%
         start = time.monotonic()
         again = await c.connection(1, 2000)
-        assert again.connected and 0.1 < time.monotonic() - start < 0.35
+        assert again.connected and 0.1 < time.monotonic() - start < 0.8
 
 
 async def test_all_brokers_down_falls_back_to_bootstrap_and_recovers() -> None:
