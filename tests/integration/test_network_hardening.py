@@ -85,6 +85,14 @@ def stalled(broker: TansuBroker) -> Iterator[None]:
         os.kill(broker.pid, signal.SIGCONT)
 
 
+def rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def established_to(port: int) -> int:
     """How many of this process's TCP sockets are connected to 127.0.0.1:``port`` (read from
     /proc, independently of the producer's own bookkeeping)."""
@@ -174,6 +182,7 @@ async def test_acks0_against_a_stalled_broker_blocks_at_buffer_memory(
         await producer.send_and_wait("acks0", b"warm-up")
         with stalled(broker):
             gc.collect()
+            rss_before = rss_bytes()
             tracemalloc.start()
             base = tracemalloc.get_traced_memory()[0]
             sent = 0
@@ -193,9 +202,11 @@ async def test_acks0_against_a_stalled_broker_blocks_at_buffer_memory(
                 peak = tracemalloc.get_traced_memory()[1] - base
             finally:
                 tracemalloc.stop()
+            rss_growth = rss_bytes() - rss_before
             print(f"acks=0 stalled: {sent / 2**20:.2f} MiB accepted in "
                   f"{time.monotonic() - began:.2f} s, last send blocked {blocked_for:.2f} s, "
-                  f"tracemalloc peak growth {peak / 2**20:.2f} MiB, error {error!r}")
+                  f"tracemalloc peak growth {peak / 2**20:.2f} MiB, RSS growth "
+                  f"{rss_growth / 2**20:.2f} MiB, error {error!r}")
             assert isinstance(error, BufferExhaustedError)
             assert sent < 8 << 20, sent  # 1 MiB of pool plus what the kernel buffers hold
             assert 1.3 < blocked_for < 3.0, blocked_for
