@@ -41,6 +41,8 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _SECRETS = ("sasl_password", "ssl_password")
 # Other clients' names for our settings (confluent-kafka / librdkafka), read by from_mapping.
 _ALIASES = {"sasl.mechanisms": "sasl_mechanism"}
+_RECORDING_LEVELS = ("INFO", "DEBUG", "TRACE")
+_DNS_LOOKUPS = ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 # Java's ZSTD level bounds (Zstd.minCompressionLevel() is -(1 << 17)).
@@ -266,6 +268,11 @@ class ProducerConfig:
     metrics_sample_window_ms: int
     # Sample windows kept for rates and averages.
     metrics_num_samples: int
+    # INFO, DEBUG or TRACE: sensors declared above it record nothing (Java's meaning).
+    metrics_recording_level: str
+    # use_all_dns_ips: try every address a host name resolves to, in turn;
+    # resolve_canonical_bootstrap_servers_only: bootstrap names become their canonical names.
+    client_dns_lookup: str
     # Why idempotence was turned off although not disabled explicitly; None when it was not.
     idempotence_disabled_reason: str | None = field(default=None, init=False)
 
@@ -322,6 +329,8 @@ class ProducerConfig:
         socket_connection_setup_timeout_max_ms: int = 30000,
         metrics_sample_window_ms: int = 30000,
         metrics_num_samples: int = 2,
+        metrics_recording_level: str = "INFO",
+        client_dns_lookup: str = "use_all_dns_ips",
     ) -> None:
         given: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         for name, (low, high) in _INT_RANGES.items():
@@ -342,6 +351,10 @@ class ProducerConfig:
         if compression_gzip_level != -1:
             _check_int("compression_gzip_level", compression_gzip_level, 1, 9)
         given["security_protocol"] = self._security(security_protocol)
+        given["metrics_recording_level"] = _parse_choice(
+            "metrics_recording_level", metrics_recording_level, _RECORDING_LEVELS, upper=True)
+        given["client_dns_lookup"] = _parse_choice(
+            "client_dns_lookup", client_dns_lookup, _DNS_LOOKUPS, upper=False)
         self._check_security(given)
         if transactional_id is not None and (
             not isinstance(transactional_id, str) or not transactional_id

@@ -299,8 +299,27 @@ class MetricsReporter(Protocol):
     def report(self, snapshot: Mapping[MetricKey, float]) -> None: ...
 
 
+#: Java's ``metrics.recording.level`` values, least detailed first.
+RECORDING_LEVELS = ("INFO", "DEBUG", "TRACE")
+
+
+class _MutedSensor(Sensor):
+    """A sensor above the configured recording level: its metrics exist and stay empty."""
+
+    __slots__ = ()
+
+    def record(self, value: float = 1.0, n: int = 1, now: float | None = None) -> None:
+        return None
+
+
 class MetricsRegistry:
-    """All metrics of one producer: sensors by name and measurable metrics by key."""
+    """All metrics of one producer: sensors by name and measurable metrics by key.
+
+    ``recording_level`` is Java's ``metrics.recording.level``: a sensor declared at a more
+    detailed level (``sensor(name, level="DEBUG")``) is registered but records nothing unless
+    the level allows it, so costly detail is paid for only when asked. Every sensor the
+    producer declares today is INFO, as are the Java producer's documented metrics.
+    """
 
     def __init__(
         self,
@@ -308,7 +327,12 @@ class MetricsRegistry:
         sample_window_ms: float = 30000,
         num_samples: int = 2,
         clock: Callable[[], float] = time.monotonic,
+        recording_level: str = "INFO",
     ) -> None:
+        if recording_level not in RECORDING_LEVELS:
+            raise ValueError(f"recording level must be one of {RECORDING_LEVELS}, got "
+                             f"{recording_level!r}")
+        self._level = RECORDING_LEVELS.index(recording_level)
         self._sample_window_ms = sample_window_ms
         self._num_samples = num_samples
         self._clock = clock
@@ -322,11 +346,12 @@ class MetricsRegistry:
     def clock(self) -> Callable[[], float]:
         return self._clock
 
-    def sensor(self, name: str) -> Sensor:
-        """The sensor called ``name``, created on first use."""
+    def sensor(self, name: str, level: str = "INFO") -> Sensor:
+        """The sensor called ``name``, created on first use; muted above the recording level."""
         sensor = self._sensors.get(name)
         if sensor is None:
-            sensor = Sensor(
+            muted = RECORDING_LEVELS.index(level) > self._level
+            sensor = (_MutedSensor if muted else Sensor)(
                 name,
                 sample_window_ms=self._sample_window_ms,
                 num_samples=self._num_samples,
@@ -656,6 +681,7 @@ class ProducerMetrics:
             sample_window_ms=config.metrics_sample_window_ms,
             num_samples=config.metrics_num_samples,
             clock=clock,
+            recording_level=config.metrics_recording_level,
         )
         return cls(registry, config.client_id)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
@@ -237,6 +238,35 @@ class Cluster:
                     f"[client {self.client_id}] connection closed: client is closing"))
         self._signal_waiters()
         self._signal_links()
+
+    async def resolve_canonical_bootstrap(self) -> list[tuple[str, int]]:
+        """client.dns.lookup=resolve_canonical_bootstrap_servers_only: replace each bootstrap
+        host by the canonical names of all its addresses (Java resolves every address and takes
+        ``getCanonicalHostName()``), e.g. so a Kerberos principal matches the broker's name.
+        Call before ``start``; an address without a reverse name is kept as an address."""
+        loop = asyncio.get_running_loop()
+        resolved: list[tuple[str, int]] = []
+        for host, port in self._bootstrap:
+            try:
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                raise KafkaConnectionError(
+                    f"[client {self.client_id}] cannot resolve bootstrap server {host}:{port} "
+                    f"(client.dns.lookup=resolve_canonical_bootstrap_servers_only): {exc}"
+                ) from exc
+            for *_, address in infos:
+                try:
+                    name, _ = await loop.getnameinfo((str(address[0]), port), socket.NI_NAMEREQD)
+                except OSError:
+                    name = str(address[0])
+                if (name, port) not in resolved:
+                    resolved.append((name, port))
+        for node_id in [n for n in self._links if n < 0]:
+            del self._links[node_id]
+        self._bootstrap = resolved
+        for i, addr in enumerate(resolved):
+            self._links[-(i + 1)] = _NodeLink(addr)
+        return resolved
 
     # ---- metadata --------------------------------------------------------------------------
 

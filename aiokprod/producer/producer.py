@@ -164,6 +164,8 @@ class Producer:
         # below this, key + value alone cannot make a record too large (the estimate adds at
         # most the per-record overhead): the hot path skips the full estimate
         self._max_record_fast = self._max_record - 64
+        if cfg.client_dns_lookup == "resolve_canonical_bootstrap_servers_only":
+            await self._cluster.resolve_canonical_bootstrap()
         self._cluster.start(self._supervisor.spawn)
         self._sender.start()
         self._started = True

@@ -61,6 +61,8 @@ JAVA_DEFAULTS: dict[str, object] = {
     "socket.connection.setup.timeout.max.ms": 30000,
     "metrics.sample.window.ms": 30000,
     "metrics.num.samples": 2,
+    "metrics.recording.level": "INFO",
+    "client.dns.lookup": "use_all_dns_ips",
 }
 
 
