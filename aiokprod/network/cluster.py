@@ -354,13 +354,22 @@ class Cluster:
             why = "the broker says the topic does not exist (and did not auto-create it)"
         elif not self.view.brokers:
             why = "no broker answered: " + (str(self._last_error) if self._last_error
-                                             else "still connecting")
+                                             else self._connect_errors() or "still connecting")
         elif code is not None:
             why = f"the broker answered {error_for_code(code).__name__}"
         else:
             why = "no metadata for it arrived yet"
         return (f"Topic {topic!r} not present in metadata after max.block.ms="
                 f"{int(timeout_ms)}: {why}")
+
+    def _connect_errors(self) -> str:
+        """Each node's last connection failure, for messages: while a metadata request still
+        waits for a connection, these say why none is up (refused, set-up timeout)."""
+        return "; ".join(
+            f"node {n} ({link.address[0]}:{link.address[1]}): {link.last_error}"
+            for n, link in self._links.items()
+            if link.last_error is not None
+            and not isinstance(link.last_error, asyncio.CancelledError))
 
     def apply_leader_hint(self, tp: TopicPartition, leader: int, leader_epoch: int,
                           endpoints: Iterable[BrokerNode] = ()) -> bool:

@@ -75,6 +75,23 @@ async def silent_server() -> AsyncIterator[SilentServer]:
 
 
 @contextlib.contextmanager
+def syn_dropping_port() -> Iterator[int]:
+    """A port where TCP connects hang: a listener with backlog 0 that never accepts, its queue
+    already full, so the kernel drops further SYNs and the client keeps retransmitting."""
+    listener = socket.socket()
+    filler = socket.socket()
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = int(listener.getsockname()[1])
+        filler.connect(("127.0.0.1", port))
+        yield port
+    finally:
+        filler.close()
+        listener.close()
+
+
+@contextlib.contextmanager
 def stalled(broker: TansuBroker) -> Iterator[None]:
     """Freeze the broker process: connections stay open, nothing is read or answered."""
     assert broker.pid is not None
@@ -158,6 +175,26 @@ async def test_silent_bootstrap_server_first_does_not_hold_up_the_first_send(
             assert meta.offset == 0
             assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
             assert len(silent.connections) >= 1  # it was tried, and not waited for
+        finally:
+            await producer.close(timeout=5)
+
+
+async def test_hanging_tcp_connect_first_does_not_hold_up_the_first_send(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """A bootstrap address whose SYNs go unanswered, listed first: the same bound."""
+    topic = new_topic()
+    with syn_dropping_port() as port:
+        producer = Producer(bootstrap_servers=f"127.0.0.1:{port},{tansu.bootstrap}",
+                            linger_ms=0, delivery_timeout_ms=10_000, request_timeout_ms=8_000)
+        await producer.start()
+        try:
+            start = time.monotonic()
+            meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 15)
+            elapsed = time.monotonic() - start
+            print(f"hanging connect listed first: first ack after {elapsed:.2f} s")
+            assert meta.offset == 0
+            assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
         finally:
             await producer.close(timeout=5)
 
@@ -352,6 +389,30 @@ async def test_socket_buffer_sizes_reach_the_socket(
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * 20480
     finally:
         await producer.close(timeout=5)
+
+
+async def test_setup_timeout_bounds_a_hanging_tcp_connect() -> None:
+    """The only bootstrap address never completes the TCP handshake: every attempt is
+    abandoned at socket.connection.setup.timeout.ms and the send fails at max.block.ms, naming
+    the set-up timeout."""
+    with syn_dropping_port() as port:
+        producer = Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=1500,
+                            socket_connection_setup_timeout_ms=300,
+                            socket_connection_setup_timeout_max_ms=300,
+                            request_timeout_ms=30_000, enable_idempotence=False)
+        await producer.start()
+        try:
+            start = time.monotonic()
+            with pytest.raises(KafkaTimeoutError, match="socket.connection.setup.timeout.ms"):
+                await producer.send("t", b"v")
+            assert time.monotonic() - start < 2.5
+            cluster = producer._cluster
+            assert cluster is not None
+            failed = cluster.statistics().failed_connects
+            print(f"hanging connect: {failed} attempts abandoned within max.block.ms=1500")
+            assert 3 <= failed <= 6, failed  # ~300 ms each plus backoff, not one 30 s wait
+        finally:
+            await producer.close(timeout=5)
 
 
 async def test_setup_timeout_bounds_a_silent_server_and_doubles_to_its_maximum() -> None:
