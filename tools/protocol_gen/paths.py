@@ -1,0 +1,16 @@
+"""Where the generator reads from, and where it writes to (relative to ``--root``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# Apache Kafka's own message definitions, vendored (tools/kafka-specs/README.md says from where)
+DEFAULT_SPECS = REPO / "tools" / "kafka-specs"
+DEFAULT_ERROR_CODES = DEFAULT_SPECS / "kafka-error-codes.tsv"
+OVERLAY_DIR = REPO / "tools" / "protocol_overlays"
+GENERATED_DIR = Path("aiokprod/protocol/_generated")
+ERROR_CODES_FILE = Path("aiokprod/_error_codes.py")
+ERRORS_FILE = Path("aiokprod/errors.py")
+BEGIN_MARK = "# --- BEGIN GENERATED BROKER ERRORS (tools/gen_protocol.py; do not edit) ---"
+END_MARK = "# --- END GENERATED BROKER ERRORS ---"
