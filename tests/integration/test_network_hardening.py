@@ -151,6 +151,7 @@ async def test_dead_bootstrap_server_does_not_hold_up_the_first_send(
         start = time.monotonic()
         meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 15)
         elapsed = time.monotonic() - start
+        print(f"dead server listed {position}: first ack after {elapsed:.2f} s")
         assert meta.offset == 0
         assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
     finally:
@@ -172,6 +173,7 @@ async def test_silent_bootstrap_server_first_does_not_hold_up_the_first_send(
             start = time.monotonic()
             meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 15)
             elapsed = time.monotonic() - start
+            print(f"silent server listed first: first ack after {elapsed:.2f} s")
             assert meta.offset == 0
             assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
             assert len(silent.connections) >= 1  # it was tried, and not waited for
@@ -410,7 +412,7 @@ async def test_setup_timeout_bounds_a_hanging_tcp_connect() -> None:
             assert cluster is not None
             failed = cluster.statistics().failed_connects
             print(f"hanging connect: {failed} attempts abandoned within max.block.ms=1500")
-            assert 3 <= failed <= 6, failed  # ~300 ms each plus backoff, not one 30 s wait
+            assert 2 <= failed <= 6, failed  # ~300 ms each plus backoff, not one 30 s wait
         finally:
             await producer.close(timeout=5)
 
