@@ -6,6 +6,7 @@ refused, so authentication is really on."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -44,10 +45,16 @@ def client_config(cluster: KafkaCluster, listener: str, mechanism: str | None,
     return config
 
 
-def produce_one(config: dict[str, Any], topic: str, value: bytes) -> list[str]:
-    """Produce one record and flush; the errors seen (delivery and client-level)."""
+def produce_one(config: dict[str, Any], topic: str, value: bytes, *,
+                stop_on_auth_error: bool = False) -> list[str]:
+    """Produce one record and wait for its outcome; the errors seen (delivery and client-level).
+
+    ``stop_on_auth_error`` returns as soon as librdkafka reports an authentication failure
+    instead of waiting for the record's message.timeout.ms.
+    """
     errors: list[str] = []
     lock = threading.Lock()
+    delivered = threading.Event()
 
     def on_error(error: KafkaError) -> None:
         with lock:
@@ -56,12 +63,21 @@ def produce_one(config: dict[str, Any], topic: str, value: bytes) -> list[str]:
     def on_delivery(error: KafkaError | None, _message: Message) -> None:
         if error is not None:
             on_error(error)
+        delivered.set()
 
     producer = ConfluentProducer({**config, "error_cb": on_error})
     producer.produce(topic, value=value, on_delivery=on_delivery)
-    remaining = producer.flush(15)
-    if remaining:
-        errors.append(f"{remaining} record(s) undelivered after 15 s")
+    deadline = time.monotonic() + 15
+    while not delivered.is_set() and time.monotonic() < deadline:
+        producer.poll(0.05)
+        with lock:
+            if stop_on_auth_error and any("AUTHENTICATION" in e for e in errors):
+                break
+    if not delivered.is_set():
+        producer.purge()
+        producer.flush(1)
+        if not stop_on_auth_error:
+            errors.append("the record was not delivered within 15 s")
     return errors
 
 
@@ -80,6 +96,5 @@ def test_secure_listener_accepts_librdkafka(kafka_secure: KafkaCluster, listener
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_wrong_password_is_refused(kafka_secure: KafkaCluster, mechanism: str) -> None:
     config = client_config(kafka_secure, "SASL_PLAINTEXT", mechanism, password="wrong")
-    config["message.timeout.ms"] = 3000
-    errors = produce_one(config, "never-written", b"x")
+    errors = produce_one(config, "never-written", b"x", stop_on_auth_error=True)
     assert any("AUTHENTICATION" in e for e in errors), errors
