@@ -497,7 +497,7 @@ class NodeSensors:
         node = f"node-{node_id}"
         tags = {"client-id": client_id, "node-id": node}
         g = NODE_GROUP
-        # node-{id}.latency: produce request round trip in ms (seed 000, "node-{node}.latency").
+        # node-{id}.latency: produce request round trip in ms (Java's "node-{node}.latency" sensor).
         self.latency = registry.sensor(f"{node}.latency")
         # Request size in bytes, one event per request sent.
         self.requests = registry.sensor(f"{node}.bytes-sent")
@@ -542,7 +542,7 @@ GAUGES = (
 )
 _GAUGE_NAMES = frozenset(name for name, _ in GAUGES)
 
-# Operations timed by the producer: Java's "{operation}-time-ns-total" (seed 000).
+# Operations timed by the producer: Java's "{operation}-time-ns-total".
 _OPERATIONS = (
     ("flush", "time spent in flush()"),
     ("metadata-wait", "time spent waiting for topic metadata"),
@@ -615,7 +615,8 @@ class ProducerMetrics:
         self.record_errors = s("errors")
         add("record-error-rate", self.record_errors, Stat.RATE, "record send errors per second")
         add("record-error-total", self.record_errors, Stat.TOTAL, "record send errors")
-        # Size of the largest record in each batch (Java records it per batch, see seed 000).
+        # Size of the largest record in each batch (Java records it per batch:
+        # ProducerBatch.maxRecordSize).
         self.record_size = s("record-size")
         add("record-size-avg", self.record_size, Stat.AVG,
             "average of the largest record size per batch")

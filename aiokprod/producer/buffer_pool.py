@@ -2,7 +2,7 @@
 
 Why a pool: ``buffer.memory`` bounds what unsent batches may hold, so a producer faster than its
 brokers slows down (``send`` waits, bounded by ``max.block.ms``) instead of growing without
-limit (seed 004, "BufferPool"; seed 000, "Producer Buffer Full"). Buffers of exactly
+limit (Java's ``BufferPool``; docs/memory.md). Buffers of exactly
 ``batch.size`` bytes, nearly all of them, are kept on a free list and reused; other sizes are only
 accounted for and left to the garbage collector.
 

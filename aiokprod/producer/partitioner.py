@@ -5,7 +5,7 @@ rule, so a key lands on the same partition whichever client wrote it (librdkafka
 ``murmur2_random`` partitioner agrees; the tests check against it).
 
 Records without a key (or all records with ``partitioner.ignore.keys``) stick to one partition
-until ``batch.size`` bytes went to it, then a new one is drawn (seed 004, "partitioning"). Sticking
+until ``batch.size`` bytes went to it, then a new one is drawn (docs/batching.md, P2). Sticking
 fills batches instead of spreading single records over every partition; switching after a batch's
 worth keeps the load uniform over time. With adaptive partitioning the draw is weighted against
 partitions whose queues are long, using the queue sizes the accumulator reports; with

@@ -1,4 +1,4 @@
-"""RecordBatch v2 under the name docs/DESIGN.md gives it; the code lives in builder/reader."""
+"""RecordBatch v2 under one import path; the code lives in builder.py and reader.py."""
 
 from ._layout import HEADER_SIZE, restamp
 from .builder import Headers, RecordBatchBuilder

@@ -227,7 +227,7 @@ class RecordBatchBuilder:
         self.compression = compression
         # Codec level, validated now so a bad config cannot fail at seal time.
         self._level = validate_level(compression, compression_level)
-        # Told the observed ratio at seal (seed 000, Message Compression, step 3).
+        # Told the observed ratio at seal (docs/compression.md, E2-E3).
         self._estimator = estimator
         self._topic = topic
         if compression is CompressionType.NONE:

@@ -276,9 +276,9 @@ def decompress(codec: CompressionType, data: BytesLike) -> bytes:
 # --------------------------------------------------------------------------- ratio estimator
 
 # Sizing uses the estimate times this factor, so a batch sized on a slightly optimistic estimate
-# still fits (seed 000, Message Compression, step 4).
+# still fits (docs/compression.md, E4).
 COMPRESSION_RATE_ESTIMATION_FACTOR = 1.05
-# seed 000, Message Compression, step 3: move down by at most 0.005 when compression improves...
+# docs/compression.md, E3: move down by at most 0.005 when compression improves...
 COMPRESSION_RATIO_IMPROVING_STEP = 0.005
 # ...and up by at most 0.05 when it worsens.
 COMPRESSION_RATIO_DETERIORATE_STEP = 0.05
@@ -288,15 +288,15 @@ class CompressionRatioEstimator:
     """Estimated compressed/uncompressed ratio per (topic, codec), for sizing open batches.
 
     The estimate moves slowly toward what sealed batches show, so one unusual batch does not
-    make the accumulator pack the next batches too tightly; batch splitting (seed 000, Batch
-    Splitting) covers the cases where it was still too optimistic. Pure: no clock, no I/O.
+    make the accumulator pack the next batches too tightly; batch splitting (docs/compression.md,
+    S1-S5) covers the cases where it was still too optimistic. Pure: no clock, no I/O.
     """
 
     __slots__ = ("_ratios",)
 
     def __init__(self) -> None:
-        # (topic, codec) -> current ratio estimate; absent means 1.0 (seed 000, Message
-        # Compression, step 1).
+        # (topic, codec) -> current ratio estimate; absent means 1.0 (docs/compression.md,
+        # E1).
         self._ratios: dict[tuple[str, CompressionType], float] = {}
 
     def estimation(self, topic: str, codec: CompressionType) -> float:
@@ -319,10 +319,10 @@ class CompressionRatioEstimator:
     def update(self, topic: str, codec: CompressionType, observed: float) -> float:
         """Fold in the ratio of a sealed batch; returns the new estimate.
 
-        seed 000, Message Compression, step 3: the estimate moves toward the observed ratio by
+        docs/compression.md, E3: the estimate moves toward the observed ratio by
         at most COMPRESSION_RATIO_IMPROVING_STEP downward and at most
         COMPRESSION_RATIO_DETERIORATE_STEP upward. (The Java client's upward move is
-        max(current + 0.05, observed), i.e. at least 0.05; we follow the seed.)
+        max(current + 0.05, observed), i.e. at least 0.05; ours never passes the observation.)
         """
         key = (topic, codec)
         current = self._ratios.get(key, 1.0)
@@ -336,7 +336,7 @@ class CompressionRatioEstimator:
         return new
 
     def reset(self, topic: str, codec: CompressionType, observed: float) -> float:
-        """After MESSAGE_TOO_LARGE: seed 000, Batch Splitting, step 2, max(1.0, observed)."""
+        """After MESSAGE_TOO_LARGE: docs/compression.md, S2, max(1.0, observed)."""
         new = max(1.0, observed)
         self._ratios[(topic, codec)] = new
         return new

@@ -268,7 +268,7 @@ def split_batch(
 ) -> list[list[Record]]:
     """Group a refused batch's records into runs that each fit a batch of ``max_size``.
 
-    seed 000, Batch Splitting, step 3: decompress and re-assemble by batch.size. The caller
+    docs/compression.md, S3: decompress and re-assemble by batch.size. The caller
     resets the ratio estimate first (step 2) and passes it here; each group is decided by a
     scratch ``RecordBatchBuilder`` with the same codec, write limit and ratio, so re-appending a
     group into a real builder configured the same way accepts every record of it.
