@@ -198,7 +198,7 @@ class ProducerConfig:
     # Cap on the exponentially growing reconnect wait.
     reconnect_backoff_max_ms: int
     # Bound on unanswered requests per connection. Not capped at 5 with idempotence: KIP-1269
-    # (KIP-1269) moves the dedup-window limit to a separate per-partition in-flight check.
+    # moves the dedup-window limit to a separate per-partition in-flight check.
     max_in_flight_requests_per_connection: int
     # Bound on one produce request's size, and so on the largest record.
     max_request_size: int
