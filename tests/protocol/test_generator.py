@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 # the vendored specs (tools/kafka-specs/README.md): the generator needs nothing outside the repo
 SPECS = REPO / "tools" / "kafka-specs"
 TSV = SPECS / "kafka-error-codes.tsv"
+GENERATED_ERRORS = ("aiokprod/_error_codes.py", "aiokprod/_broker_errors.py")
+HAND_WRITTEN_ERRORS = ("aiokprod/_error_base.py", "aiokprod/errors.py")
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +32,12 @@ def gen() -> ModuleType:
 
 @pytest.fixture
 def tree_copy(tmp_path: Path) -> Path:
-    """The generated files (and errors.py with its marked section) under a temp root."""
+    """The generated files (and the hand-written error modules they must not clash with)
+    under a temp root."""
     root = tmp_path / "repo"
     shutil.copytree(REPO / "aiokprod/protocol/_generated", root / "aiokprod/protocol/_generated",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for rel in ("aiokprod/_error_codes.py", "aiokprod/errors.py"):
+    for rel in GENERATED_ERRORS + HAND_WRITTEN_ERRORS:
         shutil.copy(REPO / rel, root / rel)
     return root
 
@@ -53,12 +56,12 @@ def test_check_fails_on_an_edited_generated_file(
     assert run(gen, "--check", "--root", str(tree_copy)) == 0
     target = tree_copy / "aiokprod/protocol/_generated/produce.py"
     target.write_text(target.read_text() + "# hand edit\n")
-    errors = tree_copy / "aiokprod/errors.py"
+    errors = tree_copy / "aiokprod/_broker_errors.py"
     errors.write_text(errors.read_text().replace("code = 6\n", "code = 66\n"))
     assert run(gen, "--check", "--root", str(tree_copy)) == 1
     err = capsys.readouterr().err
     assert "_generated/produce.py would change" in err
-    assert "aiokprod/errors.py would change" in err
+    assert "aiokprod/_broker_errors.py would change" in err
     # Regenerating repairs both, and the check passes again.
     assert run(gen, "--root", str(tree_copy)) == 0
     assert run(gen, "--check", "--root", str(tree_copy)) == 0
@@ -149,7 +152,7 @@ def test_entry_point_runs_as_a_script_from_any_directory(tmp_path: Path) -> None
     root = tmp_path / "repo"
     shutil.copytree(REPO / "aiokprod/protocol/_generated", root / "aiokprod/protocol/_generated",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for rel in ("aiokprod/_error_codes.py", "aiokprod/errors.py"):
+    for rel in GENERATED_ERRORS + HAND_WRITTEN_ERRORS:
         shutil.copy(REPO / rel, root / rel)
     (root / "aiokprod/_error_codes.py").write_text("# hand edit\n")
     bad = subprocess.run([sys.executable, script, "--check", "--root", str(root)],
@@ -157,3 +160,16 @@ def test_entry_point_runs_as_a_script_from_any_directory(tmp_path: Path) -> None
                          timeout=120)
     assert bad.returncode == 1
     assert "aiokprod/_error_codes.py would change" in bad.stderr
+
+
+def test_a_hand_written_error_class_may_not_share_a_generated_name(
+    gen: ModuleType, tree_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """errors.py re-exports the generated classes with a star import, so a hand-written class
+    of the same name would silently shadow one: the generator refuses instead."""
+    errors = tree_copy / "aiokprod/errors.py"
+    errors.write_text(errors.read_text() + "\n\nclass NotLeaderOrFollowerError(KafkaError):\n"
+                      "    pass\n")
+    assert run(gen, "--check", "--root", str(tree_copy)) == 2
+    assert "NotLeaderOrFollowerError for NOT_LEADER_OR_FOLLOWER collides" in (
+        capsys.readouterr().err)

@@ -35,7 +35,7 @@ from aiokprod.errors import (
     raise_for_error_code,
 )
 
-TSV = Path(__file__).resolve().parents[2].parent / "shared" / "kafka-error-codes.tsv"
+TSV = Path(__file__).resolve().parents[2] / "tools" / "kafka-specs" / "kafka-error-codes.tsv"
 
 
 def tsv_rows() -> list[dict[str, str]]:
@@ -43,7 +43,6 @@ def tsv_rows() -> list[dict[str, str]]:
         return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
-@pytest.mark.skipif(not TSV.is_file(), reason="shared error-code table is not present")
 def test_every_tsv_row_has_a_member_and_a_class() -> None:
     rows = tsv_rows()
     assert len(rows) > 100
@@ -131,3 +130,33 @@ def test_messages_default_and_override() -> None:
     assert BufferExhaustedError().message == BufferExhaustedError.message
     assert ConfigError("linger_ms must be >= 0").message == "linger_ms must be >= 0"
     assert str(ConfigError("x")) == "x"
+
+
+def test_the_three_timeouts_are_told_apart() -> None:
+    """KafkaTimeoutError: a user-facing bound; ClientRequestTimeoutError (old name
+    RequestTimeoutError): this client's request.timeout.ms; RequestTimedOutError: the broker's
+    code 7. The module docstring says the same."""
+    assert errors.RequestTimeoutError is errors.ClientRequestTimeoutError
+    assert issubclass(errors.ClientRequestTimeoutError, KafkaTimeoutError)
+    assert errors.ClientRequestTimeoutError.code is None  # measured by the client
+    assert issubclass(RequestTimedOutError, BrokerResponseError)
+    assert not issubclass(RequestTimedOutError, KafkaTimeoutError)
+    assert RequestTimedOutError.code == 7 and RequestTimedOutError.retriable
+    doc = errors.__doc__ or ""
+    for name in ("KafkaTimeoutError", "ClientRequestTimeoutError", "RequestTimedOutError"):
+        assert f"``{name}``" in doc
+
+
+def test_generated_classes_are_re_exported_and_named_after_the_public_module() -> None:
+    import pickle
+
+    from aiokprod import _broker_errors
+
+    for name in _broker_errors.__all__:
+        assert getattr(errors, name) is getattr(_broker_errors, name), name
+        assert name in errors.__all__
+    for cls in (KafkaError, BrokerResponseError, NotLeaderOrFollowerError):
+        assert cls.__module__ == "aiokprod.errors"
+    exc = pickle.loads(pickle.dumps(NotLeaderOrFollowerError("moved")))
+    assert type(exc) is NotLeaderOrFollowerError and exc.message == "moved"
+    assert len(errors.__all__) == len(set(errors.__all__))

@@ -9,7 +9,8 @@ Reads the vendored ``tools/kafka-specs/*.json`` (``--specs DIR``) and
   wire layout (no per-field interpreter at run time);
 * ``aiokprod/protocol/_generated/__init__.py``: re-exports and ``API_BY_KEY``;
 * ``aiokprod/_error_codes.py``: the ``ErrorCode`` enum;
-* the marked section of ``aiokprod/errors.py``: one exception class per error code.
+* ``aiokprod/_broker_errors.py``: one exception class per error code (``aiokprod.errors``
+  re-exports them).
 
 ``--check`` regenerates in memory and exits 1 listing every file that would change (and stale
 files in ``_generated/``).

@@ -1,4 +1,9 @@
-"""One exception class per broker error code (the generated part of the exception tree).
+"""``aiokprod/_broker_errors.py``: one exception class per broker error code.
+
+The classes derive from ``BrokerResponseError`` (hand-written in ``aiokprod/_error_base.py``)
+and are re-exported by the hand-written ``aiokprod/errors.py``, which is their public home.
+Their names are derived mechanically from the error names (``NOT_LEADER_OR_FOLLOWER`` →
+``NotLeaderOrFollowerError``); one that collides with a hand-written class fails the generator.
 """
 
 from __future__ import annotations
@@ -7,26 +12,46 @@ import re
 import textwrap
 from pathlib import Path
 
-from .emitter import Emitter
+from .emitter import Emitter, banner
 from .error_codes import ErrorRow, load_error_codes, render_error_codes
 from .model import SpecError
-from .paths import BEGIN_MARK, END_MARK, ERROR_CODES_FILE, ERRORS_FILE
+from .paths import BROKER_ERRORS_FILE, ERROR_CODES_FILE, HAND_WRITTEN_ERROR_FILES
 
 
-def render_broker_errors(rows: list[ErrorRow], hand_written: set[str]) -> str:
-    em = Emitter()
-    em(BEGIN_MARK)
+def render_broker_errors(rows: list[ErrorRow], hand_written: set[str], source: str) -> str:
     names: list[str] = []
     for r in rows:
         if r.code == 0:
             continue
-        cls = r.class_name
-        if cls in hand_written or cls in names:
-            raise SpecError(f"error class name {cls} for {r.name} collides")
-        names.append(cls)
+        if r.class_name in hand_written or r.class_name in names:
+            raise SpecError(f"error class name {r.class_name} for {r.name} collides")
+        names.append(r.class_name)
+    em = Emitter()
+    for line in banner([source], []):
+        em(line)
+    em()
+    em('"""One exception class per Kafka error code, each a ``BrokerResponseError``.')
+    em()
+    em("Import them from :mod:`aiokprod.errors`, which re-exports every name here and is their")
+    em("public home (``__module__`` says so, for tracebacks and pickles).")
+    em('"""')
+    em()
+    em("from __future__ import annotations")
+    em()
+    em("from aiokprod._error_base import BrokerResponseError")
+    em("from aiokprod._error_codes import ErrorCode")
+    em()
+    em("__all__ = [")
+    with em.indent():
+        for n in sorted([*names, "BROKER_ERRORS_BY_CODE"]):
+            em(f'"{n}",')
+    em("]")
+    for r in rows:
+        if r.code == 0:
+            continue
         em()
         em()
-        em(f"class {cls}(BrokerResponseError):")
+        em(f"class {r.class_name}(BrokerResponseError):")
         with em.indent():
             java = f" (Java {r.java})" if r.java else ""
             flag = "retriable" if r.retriable else "not retriable"
@@ -53,29 +78,27 @@ def render_broker_errors(rows: list[ErrorRow], hand_written: set[str]) -> str:
                 em(f"{r.code}: {r.class_name},")
     em("}")
     em()
-    em("__all__ += [")
+    em("for _cls in BROKER_ERRORS_BY_CODE.values():")
     with em.indent():
-        for n in sorted(names):
-            em(f'"{n}",')
-    em("]")
-    em(END_MARK)
+        em('_cls.__module__ = "aiokprod.errors"')
+    em("del _cls")
     return em.text()
 
 
-def splice_errors(current: str, section: str) -> str:
-    start = current.find(BEGIN_MARK)
-    stop = current.find(END_MARK)
-    if start < 0 or stop < start:
-        raise SpecError(f"{ERRORS_FILE}: generated-section markers not found")
-    return current[:start] + section + current[stop + len(END_MARK) + 1 :]
+def hand_written_classes(root: Path) -> set[str]:
+    """Class names defined in the hand-written error modules, which generated names must avoid."""
+    names: set[str] = set()
+    for rel in HAND_WRITTEN_ERROR_FILES:
+        path = root / rel
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            names.update(re.findall(r"^class (\w+)", text, flags=re.MULTILINE))
+    return names
 
 
 def generate_errors(tsv: Path, root: Path) -> dict[Path, str]:
     rows = load_error_codes(tsv)
-    files = {ERROR_CODES_FILE: render_error_codes(rows, tsv.name)}
-    errors_path = root / ERRORS_FILE
-    current = errors_path.read_text(encoding="utf-8")
-    hand = current[: current.find(BEGIN_MARK)]
-    hand_written = set(re.findall(r"^class (\w+)", hand, flags=re.MULTILINE))
-    files[ERRORS_FILE] = splice_errors(current, render_broker_errors(rows, hand_written))
-    return files
+    return {
+        ERROR_CODES_FILE: render_error_codes(rows, tsv.name),
+        BROKER_ERRORS_FILE: render_broker_errors(rows, hand_written_classes(root), tsv.name),
+    }

@@ -11,6 +11,6 @@ DEFAULT_ERROR_CODES = DEFAULT_SPECS / "kafka-error-codes.tsv"
 OVERLAY_DIR = REPO / "tools" / "protocol_overlays"
 GENERATED_DIR = Path("aiokprod/protocol/_generated")
 ERROR_CODES_FILE = Path("aiokprod/_error_codes.py")
-ERRORS_FILE = Path("aiokprod/errors.py")
-BEGIN_MARK = "# --- BEGIN GENERATED BROKER ERRORS (tools/gen_protocol.py; do not edit) ---"
-END_MARK = "# --- END GENERATED BROKER ERRORS ---"
+BROKER_ERRORS_FILE = Path("aiokprod/_broker_errors.py")
+# where the hand-written exception classes live; generated class names must not collide with them
+HAND_WRITTEN_ERROR_FILES = (Path("aiokprod/_error_base.py"), Path("aiokprod/errors.py"))
