@@ -24,6 +24,7 @@ from support.kafka_cluster import (  # found through the sys.path entry above
     SecurityOptions,
     ensure_kafka_jars,
     kafka_cache_dir,
+    with_class_archive,
 )
 
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot start Kafka: {jars}", file=sys.stderr)
         return 2
     security = SecurityOptions() if args.secure else None
-    cluster = KafkaCluster(jars, brokers=args.brokers, security=security)
+    cluster = KafkaCluster(with_class_archive(jars), brokers=args.brokers, security=security)
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         cluster.start()

@@ -88,8 +88,8 @@ async def test_batch_under_batch_size_but_over_the_topic_limit_is_delivered(
     topic = kafka_topic(partitions=1, config={"max.message.bytes": "4000"})
     values = _incompressible(10, 1000)
     async with Producer(bootstrap_servers=kafka.bootstrap, linger_ms=50, batch_size=16_384,
-                        compression_type=codec, request_timeout_ms=3000,
-                        delivery_timeout_ms=5000) as producer:
+                        compression_type=codec, request_timeout_ms=1500,
+                        delivery_timeout_ms=2000) as producer:
         futures = [await producer.send(topic, v, partition=0) for v in values]
         metas: list[RecordMetadata] = list(await asyncio.gather(*futures))
     offsets = [m.offset for m in metas]

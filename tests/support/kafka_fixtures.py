@@ -27,7 +27,13 @@ from typing import Any, Protocol
 
 import pytest
 
-from support.kafka_cluster import KafkaCluster, KafkaJars, SecurityOptions, ensure_kafka_jars
+from support.kafka_cluster import (
+    KafkaCluster,
+    KafkaJars,
+    SecurityOptions,
+    ensure_kafka_jars,
+    with_class_archive,
+)
 
 _TOPIC_UNSAFE = re.compile(r"[^a-zA-Z0-9._-]+")
 
@@ -47,12 +53,13 @@ def unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def kafka_jars() -> KafkaJars:
-    """The broker jars (resolved once into ~/.cache/aiokprod); skips when impossible."""
+    """The broker jars (resolved once into ~/.cache/aiokprod) with their class archive (made
+    once, it speeds up every JVM start); skips when impossible."""
     jars = ensure_kafka_jars()
     if isinstance(jars, str):
         unavailable(jars)
         raise AssertionError("unreachable")  # unavailable() always raises
-    return jars
+    return with_class_archive(jars)
 
 
 def _session_cluster(jars: KafkaJars, tmp: pytest.TempPathFactory, name: str,
