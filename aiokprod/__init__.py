@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         RecordTooLargeError,
         SerializationError,
     )
+    from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
     from aiokprod.network.security import OAuthToken
     from aiokprod.producer.batch import RecordMetadata
     from aiokprod.producer.bulk import SendManyResult
@@ -52,6 +53,9 @@ _ERRORS = (
 _LAZY = {
     **{name: "aiokprod.errors" for name in _ERRORS},
     "OAuthToken": "aiokprod.network.security",
+    "Partitioner": "aiokprod.hooks",
+    "ProducerInterceptor": "aiokprod.hooks",
+    "Serializer": "aiokprod.hooks",
     "Producer": "aiokprod.producer.producer",
     "ProducerHealth": "aiokprod.producer.producer",
     "ProducerConfig": "aiokprod.config",
@@ -71,14 +75,17 @@ __all__ = [
     "KafkaError",
     "KafkaTimeoutError",
     "OAuthToken",
+    "Partitioner",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
     "ProducerHealth",
+    "ProducerInterceptor",
     "RecordMetadata",
     "RecordTooLargeError",
     "SendManyResult",
     "SerializationError",
+    "Serializer",
     "__version__",
 ]
 

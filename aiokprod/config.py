@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from aiokprod.errors import ConfigError
+from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
 
 __all__ = ["COMPRESSION_TYPES", "SASL_MECHANISMS", "ProducerConfig", "java_name"]
 
@@ -215,7 +216,7 @@ class ProducerConfig:
     # zstd level -131072..22 (KIP-390).
     compression_zstd_level: int
     # User partitioner (topic, key, all_partitions, available_partitions) -> partition, or None.
-    partitioner: Callable[..., int] | None
+    partitioner: Partitioner | None
     # Treat keyed records like unkeyed ones (sticky) instead of hashing the key.
     partitioner_ignore_keys: bool
     # Weight the sticky choice away from partitions with long queues (KIP-794).
@@ -223,11 +224,11 @@ class ProducerConfig:
     # Leave out partitions whose leader could not take data for this long; 0 disables.
     partitioner_availability_timeout_ms: int
     # Turns keys into bytes; None means keys must already be bytes.
-    key_serializer: Callable[..., bytes | None] | None
+    key_serializer: Serializer | None
     # Turns values into bytes; None means values must already be bytes.
-    value_serializer: Callable[..., bytes | None] | None
+    value_serializer: Serializer | None
     # Objects seeing each record before send and each acknowledgement after.
-    interceptors: tuple[object, ...]
+    interceptors: tuple[ProducerInterceptor, ...]
     # Identity surviving restarts, for transactions and zombie fencing; needs idempotence.
     transactional_id: str | None
     # Bound the coordinator puts on an open transaction.
@@ -302,13 +303,13 @@ class ProducerConfig:
         compression_gzip_level: int = -1,
         compression_lz4_level: int = 9,
         compression_zstd_level: int = 3,
-        partitioner: Callable[..., int] | None = None,
+        partitioner: Partitioner | None = None,
         partitioner_ignore_keys: bool = False,
         partitioner_adaptive_partitioning_enable: bool = True,
         partitioner_availability_timeout_ms: int = 0,
-        key_serializer: Callable[..., bytes | None] | None = None,
-        value_serializer: Callable[..., bytes | None] | None = None,
-        interceptors: Sequence[object] = (),
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        interceptors: Sequence[ProducerInterceptor] = (),
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60000,
         connections_max_idle_ms: int = 540000,

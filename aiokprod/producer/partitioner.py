@@ -23,9 +23,11 @@ from __future__ import annotations
 import random
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from aiokprod.hooks import Partitioner
 
 if TYPE_CHECKING:
     from aiokprod.config import ProducerConfig
@@ -41,8 +43,9 @@ __all__ = [
     "to_positive",
 ]
 
-#: A user partitioner: ``(topic, key_bytes, all_partitions, available_partitions) -> partition``.
-PartitionerCallable = Callable[[str, "bytes | None", Sequence[int], Sequence[int]], int]
+#: A user partitioner: ``(topic, key_bytes, all_partitions, available_partitions) -> partition``
+#: (the public name is :class:`aiokprod.hooks.Partitioner`).
+PartitionerCallable = Partitioner
 
 _MASK32 = 0xFFFFFFFF
 _M = 0x5BD1E995

@@ -26,6 +26,7 @@ from aiokprod.errors import (
     RecordTooLargeError,
     SerializationError,
 )
+from aiokprod.hooks import Serializer
 from aiokprod.metrics import ProducerMetrics
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicMetadata
@@ -460,8 +461,8 @@ class Producer:
             raise
         return future
 
-    def _bulk_bytes(self, topic: str, items: Iterable[Any], serializer: Any, what: str
-                    ) -> list[bytes | None]:
+    def _bulk_bytes(self, topic: str, items: Iterable[Any], serializer: Serializer | None,
+                    what: str) -> list[bytes | None]:
         data = list(items)
         if serializer is not None:
             try:
@@ -645,7 +646,8 @@ class Producer:
             sender.wakeup()
 
     @staticmethod
-    def _serialize(topic: str, obj: Any, serializer: Any, what: str) -> bytes | None:
+    def _serialize(topic: str, obj: Any, serializer: Serializer | None, what: str
+                   ) -> bytes | None:
         """A key or value (``what``) as bytes: through its serializer if one is configured."""
         if serializer is not None:
             try:

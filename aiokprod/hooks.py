@@ -1,0 +1,97 @@
+"""What users plug into the producer, as typed interfaces: serializers, a partitioner and
+interceptors (``ProducerConfig(key_serializer=..., partitioner=..., interceptors=[...])``).
+
+They are :class:`typing.Protocol`\\ s, so nothing has to inherit from them: a plain function is a
+:class:`Serializer` or a :class:`Partitioner` when its signature fits, and any object with the
+two methods is a :class:`ProducerInterceptor`. They exist so that a type checker can tell a user
+that a hook does not fit before the producer calls it, and so that one page documents what each
+hook receives and must return. The parameters are positional-only: the producer passes them by
+position, so a hook may name them as it likes.
+
+Where each is called (Java names in brackets):
+
+* serializers — in ``send()`` and ``send_many()``, before anything is queued
+  (``Serializer.serialize``); an exception becomes ``SerializationError``;
+* the partitioner — in ``send()`` for records without an explicit partition
+  (``Partitioner.partition``); an answer that names no partition of the topic fails that send;
+* interceptors — ``on_send`` before serialization, ``on_acknowledgement`` when a record is
+  acknowledged or fails (``ProducerInterceptor``); an exception from either is logged and the
+  record goes on, as in Java. ``send_many()`` refuses to run with interceptors configured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from aiokprod.producer.batch import RecordMetadata
+
+__all__ = ["Headers", "Partitioner", "ProducerInterceptor", "SendArgs", "Serializer"]
+
+#: Record headers as ``send()`` takes them: (key, value) pairs, a value may be ``None``.
+Headers = Sequence[tuple[str, "bytes | None"]]
+
+#: What ``ProducerInterceptor.on_send`` returns to replace a record:
+#: ``(topic, value, key, partition, timestamp_ms, headers)``, in ``send()``'s order.
+SendArgs = tuple[str, Any, Any, "int | None", "int | None", "Headers | None"]
+
+
+class Serializer(Protocol):
+    """Turns a key or value into bytes (``key_serializer``, ``value_serializer``).
+
+    Called with the object given to ``send()``; returns ``bytes`` (a ``bytearray`` or
+    ``memoryview`` is copied to ``bytes``) or ``None`` for a null key or value (a tombstone).
+    Without a serializer, keys and values must already be bytes or ``None``.
+    """
+
+    def __call__(self, obj: Any, /) -> bytes | bytearray | memoryview | None: ...
+
+
+class Partitioner(Protocol):
+    """Chooses the partition of a record sent without one (``partitioner``).
+
+    Receives the topic, the serialized key (``None`` for none), every partition id of the topic
+    and the ids whose leader is currently available; returns an index into the topic's
+    partitions (``0 <= p < len(all_partitions)``). It runs on the event loop inside ``send()``,
+    so it must not block. Without one, keyed records go by murmur2 of the key (Java's default)
+    and unkeyed ones stick to a partition per batch (KIP-480, KIP-794).
+    """
+
+    def __call__(
+        self,
+        topic: str,
+        key: bytes | None,
+        all_partitions: Sequence[int],
+        available_partitions: Sequence[int],
+        /,
+    ) -> int: ...
+
+
+class ProducerInterceptor(Protocol):
+    """Sees every record before it is sent and every acknowledgement after (``interceptors``).
+
+    Interceptors run in the order configured, on the event loop, and must not block. The type
+    asks for both methods, as Java's interface does; at run time one an interceptor lacks is
+    skipped.
+    """
+
+    def on_send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: Headers | None,
+        /,
+    ) -> SendArgs | None:
+        """Called by ``send()`` before serialization with the record as given; return
+        ``None`` to keep it, or a replacement :data:`SendArgs` tuple that the next interceptor
+        (and then the producer) receives."""
+
+    def on_acknowledgement(
+        self, metadata: RecordMetadata | None, error: BaseException | None, /
+    ) -> None:
+        """Called once per record when its batch is acknowledged (``metadata`` set, ``error``
+        ``None``) or fails (``error`` set); runs before the record's future is resolved."""
