@@ -1,0 +1,228 @@
+"""PySpark sink (extra ``aiokprod[spark]``): write DataFrames to Kafka through aiokprod.
+
+Spark's own Kafka sink is a JVM package outside the pyspark wheel; this one is a Python Data
+Source (Spark 4.1+), so ``pip install aiokprod[spark]`` is all a PySpark job needs::
+
+    from aiokprod.spark import KafkaDataSource
+    spark.dataSource.register(KafkaDataSource)
+    (df.write.format("aiokprod")
+       .option("kafka.bootstrap.servers", "broker:9092")
+       .option("topic", "orders")
+       .mode("append").save())
+    df.writeStream.format("aiokprod").option(...).option("checkpointLocation", ...).start()
+
+Why this shape (details in docs/spark.md):
+
+* **Spark's Kafka sink's columns and options**: ``value`` (required), ``key``, ``topic``,
+  ``partition``, ``headers``, ``timestamp``; every ``kafka.``-prefixed option goes to the
+  producer under its Java name. Both are checked on the driver, when the writer is built, so a
+  typo fails ``save()`` / ``start()`` once with the option or column named — not every task.
+* **Arrow in, ``send_many`` out**: the writers are ``DataSourceArrowWriter`` /
+  ``DataSourceStreamArrowWriter``, so a task gets whole Arrow batches, groups them by topic and
+  partition in Arrow and hands each group to ``send_many`` as one call. Rows are sent one by one
+  only when they differ in what ``send_many`` sets per call (headers, timestamps).
+* **One producer per executor Python worker**, reused by every task of the same configuration
+  (``aiokprod.spark._executor``), flushed at the end of each task; a task with any failed record
+  raises ``KafkaSinkError`` (count and first error), and Spark retries it.
+* **At-least-once**: idempotence removes duplicates from the producer's own retries within a
+  task; a retried task writes its rows again. Transactions are not supported yet
+  (``.option("transactional", "true")`` is refused).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    import pyarrow as pa
+    from pyspark import TaskContext
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceStreamWriter,
+        WriterCommitMessage,
+    )
+    from pyspark.sql.types import Row, StructType
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"aiokprod.spark needs pyspark>=4.1 and pyarrow: pip install 'aiokprod[spark]' "
+        f"({exc})") from exc
+
+from aiokprod.errors import ConfigError
+from aiokprod.spark._executor import KafkaSinkError, TaskSummary, TaskWriter
+from aiokprod.spark._options import SinkSettings, settings_from
+
+try:  # Spark 4.1+; on 4.0 the streaming sink takes the Row path
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
+except ImportError:  # pragma: no cover - pyspark 4.0
+    DataSourceStreamArrowWriter = None  # type: ignore[assignment,misc]
+
+__all__ = ["KafkaDataSource", "KafkaSinkError", "SinkCommitMessage"]
+
+logger = logging.getLogger(__name__)
+
+# Rows per Arrow batch on the Row path, like spark.sql.execution.arrow.maxRecordsPerBatch.
+_ROWS_PER_BATCH = 10_000
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """What one task wrote, sent from the executor to the driver's commit."""
+
+    partition_id: int
+    attempt: int
+    records: int
+    bytes: int  # key + value bytes as the DataFrame held them
+    topics: tuple[tuple[str, int], ...]  # (topic, records)
+
+
+class KafkaDataSource(DataSource):
+    """The ``"aiokprod"`` data source: batch and streaming writes to Kafka."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "aiokprod"
+
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaArrowWriter:
+        if overwrite:
+            raise ConfigError("aiokprod sink: Kafka topics can only be appended to; use "
+                              "mode('append')")
+        return KafkaArrowWriter(settings_from(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        # every output mode appends to the topic, as with Spark's own Kafka sink
+        settings = settings_from(self.options, schema)
+        if DataSourceStreamArrowWriter is not None:
+            return KafkaStreamArrowWriter(settings)
+        return KafkaStreamRowWriter(settings)  # pragma: no cover - pyspark 4.0
+
+
+def _write_task(settings: SinkSettings, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+    context = TaskContext.get()
+    partition_id = context.partitionId() if context is not None else -1
+    attempt = context.attemptNumber() if context is not None else 0
+    summary = TaskWriter(settings, partition_id, attempt).write(batches)
+    return _message(summary)
+
+
+def _message(summary: TaskSummary) -> SinkCommitMessage:
+    return SinkCommitMessage(summary.partition_id, summary.attempt, summary.records,
+                             summary.bytes, summary.topics)
+
+
+def summarize(messages: list[SinkCommitMessage | None]) -> str:
+    """One line for the driver's log: rows, bytes and topics over all tasks."""
+    done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+    topics: dict[str, int] = {}
+    for m in done:
+        for topic, n in m.topics:
+            topics[topic] = topics.get(topic, 0) + n
+    records = sum(m.records for m in done)
+    size = sum(m.bytes for m in done)
+    per_topic = ", ".join(f"{t}: {n}" for t, n in sorted(topics.items())) or "none"
+    return (f"{records} records ({size} bytes of keys and values) from {len(done)} of "
+            f"{len(messages)} tasks; per topic: {per_topic}")
+
+
+class KafkaArrowWriter(DataSourceArrowWriter):
+    """Batch writes: each task sends its Arrow batches; the driver logs what was written."""
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return _write_task(self.settings, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        logger.info("aiokprod sink: wrote %s", summarize(_ours(messages)))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        logger.warning("aiokprod sink: write job failed; what the finished tasks wrote stays in "
+                       "Kafka (at-least-once): %s", summarize(_ours(messages)))
+
+
+if DataSourceStreamArrowWriter is not None:
+
+    class KafkaStreamArrowWriter(DataSourceStreamArrowWriter):
+        """Streaming writes: each micro-batch's tasks send their Arrow batches."""
+
+        def __init__(self, settings: SinkSettings) -> None:
+            self.settings = settings
+
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+            return _write_task(self.settings, iterator)
+
+        def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+            logger.info("aiokprod sink: micro-batch %d wrote %s", batchId,
+                        summarize(_ours(messages)))
+
+        def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+            logger.warning("aiokprod sink: micro-batch %d failed; what its finished tasks wrote "
+                           "stays in Kafka (at-least-once): %s", batchId,
+                           summarize(_ours(messages)))
+
+
+class KafkaStreamRowWriter(DataSourceStreamWriter):
+    """The Row path, for Spark versions without Arrow stream writers (4.0).
+
+    Rows are gathered into Arrow batches of 10,000 and sent like the Arrow path's, so both
+    paths share one implementation.
+    """
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[Row]) -> SinkCommitMessage:
+        return _write_task(self.settings, rows_to_batches(self.settings, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        logger.info("aiokprod sink: micro-batch %d wrote %s", batchId, summarize(_ours(messages)))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        logger.warning("aiokprod sink: micro-batch %d failed; what its finished tasks wrote stays "
+                       "in Kafka (at-least-once): %s", batchId, summarize(_ours(messages)))
+
+
+def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage | None]:
+    return [m if isinstance(m, SinkCommitMessage) else None for m in messages]
+
+
+_ARROW_TYPES: dict[str, Any] = {
+    "headers": pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+    "partition": pa.int32(),
+    "timestamp": pa.timestamp("ms"),
+    "topic": pa.string(),
+}
+
+
+def rows_to_batches(settings: SinkSettings, rows: Iterator[Row]) -> Iterator[pa.RecordBatch]:
+    """Spark Rows as Arrow batches of the sink's columns (strings and bytes both as binary)."""
+    names = settings.columns
+    schema = pa.schema([(n, _ARROW_TYPES.get(n, pa.binary())) for n in names])
+    chunk: dict[str, list[Any]] = {n: [] for n in names}
+    count = 0
+    for row in rows:
+        record = row.asDict()
+        for n in names:
+            chunk[n].append(_row_value(n, record.get(n)))
+        count += 1
+        if count == _ROWS_PER_BATCH:
+            yield pa.RecordBatch.from_pydict(chunk, schema=schema)
+            chunk, count = {n: [] for n in names}, 0
+    if count:
+        yield pa.RecordBatch.from_pydict(chunk, schema=schema)
+
+
+def _row_value(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if name in ("key", "value") and isinstance(value, str):
+        return value.encode()
+    if name == "timestamp":  # a naive datetime in the session's local time, as Spark hands it
+        return int(value.timestamp() * 1000)
+    if name == "headers":
+        return [{"key": h["key"], "value": h["value"]} for h in value]
+    return value

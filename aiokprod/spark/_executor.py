@@ -1,0 +1,431 @@
+"""The executor side: one producer per Python worker, fed whole Arrow batches.
+
+Spark runs a write task in a Python worker process and hands it an iterator of Arrow
+``RecordBatch`` es. A producer is expensive to start (connections, metadata, a producer id) and
+cheap to keep, and Spark reuses its Python workers across tasks (``spark.python.worker.reuse``,
+on by default), so each worker keeps **one producer per configuration** in a module-level
+cache, on **one event loop owned by a background thread** of that worker. The task's own thread
+turns Arrow columns into the lists ``send_many`` takes and hands them to the loop
+(``run_coroutine_threadsafe``); while the loop queues one batch, the task thread converts the
+next, so the two overlap.
+
+Every task ends with ``flush()``: when ``write`` returns, every record of the task was
+acknowledged, or the task raises ``KafkaSinkError`` naming how many records failed and the
+first error, and Spark retries it. A failed task drops its producer from the cache (the retry
+gets a fresh one, with a fresh producer id).
+
+The cache is reset after a ``fork`` (a thread does not survive one). Producers are closed by an
+``atexit`` hook when the worker exits normally; Spark's daemon ends its forked workers with
+``os._exit``, which skips ``atexit`` — nothing is lost then (every task flushed), the operating
+system closes the connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future as ConcurrentFuture
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aiokprod.producer.bulk import SendManyResult
+from aiokprod.producer.producer import Producer
+from aiokprod.spark._options import SinkSettings
+
+__all__ = ["KafkaSinkError", "TaskSummary", "TaskWriter", "cached_producer_count",
+           "close_all_producers"]
+
+logger = logging.getLogger(__name__)
+
+_CLOSE_TIMEOUT_S = 10.0
+
+
+class KafkaSinkError(RuntimeError):
+    """A write task could not write all its rows; Spark fails (and retries) the task."""
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """What one task wrote; carried to the driver inside the commit message."""
+
+    partition_id: int
+    attempt: int
+    records: int
+    # key + value bytes, as the DataFrame held them (before compression and framing)
+    bytes: int
+    # records per topic
+    topics: tuple[tuple[str, int], ...]
+
+
+# -- one loop thread and a producer cache per worker process ---------------------------------
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread: the home of this worker's producers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="aiokprod-spark-loop",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Any) -> ConcurrentFuture[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(_CLOSE_TIMEOUT_S)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+_lock = threading.Lock()
+_pid: int | None = None  # the process the cache below belongs to (reset after a fork)
+_loop_thread: _LoopThread | None = None
+_producers: dict[tuple[tuple[str, str], ...], Producer] = {}
+
+
+def _loop_and_producer(config: tuple[tuple[str, str], ...]) -> tuple[_LoopThread, Producer]:
+    global _pid, _loop_thread
+    with _lock:
+        if _pid != os.getpid():  # first use, or a forked child: the parent's thread is gone
+            _pid, _loop_thread = os.getpid(), None
+            _producers.clear()
+            atexit.register(close_all_producers)
+        if _loop_thread is None:
+            _loop_thread = _LoopThread()
+        producer = _producers.get(config)
+        if producer is not None and producer.health().state == "fatal":
+            _discard_locked(config)
+            producer = None
+        if producer is None:
+            producer = Producer.from_config(dict(config))
+            _loop_thread.submit(producer.start()).result()
+            _producers[config] = producer
+            logger.info("aiokprod sink: started %r in Python worker %d", producer, os.getpid())
+        return _loop_thread, producer
+
+
+def _discard_locked(config: tuple[tuple[str, str], ...]) -> None:
+    producer = _producers.pop(config, None)
+    if producer is not None and _loop_thread is not None:
+        try:
+            _loop_thread.submit(producer.close(timeout=1.0)).result(_CLOSE_TIMEOUT_S)
+        except Exception:  # closing a broken producer: its error was already reported
+            logger.warning("aiokprod sink: closing a failed producer raised", exc_info=True)
+
+
+def _discard(config: tuple[tuple[str, str], ...]) -> None:
+    with _lock:
+        _discard_locked(config)
+
+
+def close_all_producers() -> None:
+    """Flush and close this worker's producers and stop their loop (``atexit`` hook)."""
+    global _loop_thread
+    with _lock:
+        if _pid != os.getpid() or _loop_thread is None:
+            return
+        for config in list(_producers):
+            _discard_locked(config)
+        _loop_thread.stop()
+        _loop_thread = None
+
+
+def cached_producer_count() -> int:
+    """How many producers this worker keeps (tests and diagnostics)."""
+    with _lock:
+        return len(_producers) if _pid == os.getpid() else 0
+
+
+# -- one task ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Bulk:
+    """One ``send_many`` call: records of one topic (and partition, timestamp) in order."""
+
+    topic: str
+    partition: int | None
+    timestamp_ms: int | None
+    values: list[bytes | None]
+    keys: list[bytes | None] | None
+
+
+@dataclass
+class _Rows:
+    """Records that differ in headers or timestamps: one ``send`` each, in order."""
+
+    topics: list[str]
+    values: list[bytes | None]
+    keys: list[bytes | None] | None
+    partitions: list[int | None] | None
+    timestamps_ms: list[int | None] | None
+    headers: list[list[tuple[str, bytes | None]] | None] | None
+
+
+_Plan = list[_Bulk | _Rows]
+
+
+class TaskWriter:
+    """Writes one Spark task's Arrow batches through this worker's shared producer."""
+
+    def __init__(self, settings: SinkSettings, partition_id: int, attempt: int) -> None:
+        self._settings = settings
+        self._partition_id = partition_id
+        self._attempt = attempt
+        self._loop_thread, self._producer = _loop_and_producer(settings.producer_config)
+        # filled by the loop thread (callbacks) and read after the final flush
+        self._records = 0  # rows handed to the producer
+        self._bytes = 0
+        self._topics: dict[str, int] = {}
+        self._failed = 0  # records whose delivery failed
+        self._first_error: BaseException | None = None
+        self._bulk_futures: list[tuple[asyncio.Future[SendManyResult], int]] = []
+        self._rows_pending = 0
+        self._rows_done: asyncio.Event | None = None
+
+    def write(self, batches: Iterable[pa.RecordBatch]) -> TaskSummary:
+        """Send every row; return once all are acknowledged, or raise ``KafkaSinkError``."""
+        try:
+            queued: ConcurrentFuture[None] | None = None
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                plan = self._plan(batch)  # converts in this thread while the loop sends
+                if queued is not None:
+                    queued.result()
+                queued = self._loop_thread.submit(self._queue(plan))
+            if queued is not None:
+                queued.result()
+            self._loop_thread.submit(self._finish()).result()
+        except BaseException as exc:
+            _discard(self._settings.producer_config)
+            if isinstance(exc, KafkaSinkError):
+                raise
+            raise KafkaSinkError(self._describe_failure(exc, sending=True)) from exc
+        if self._failed:
+            _discard(self._settings.producer_config)
+            assert self._first_error is not None
+            raise KafkaSinkError(self._describe_failure(self._first_error, sending=False)) \
+                from self._first_error
+        return TaskSummary(self._partition_id, self._attempt, self._records, self._bytes,
+                           tuple(sorted(self._topics.items())))
+
+    def _describe_failure(self, error: BaseException, *, sending: bool) -> str:
+        where = f"task for partition {self._partition_id} (attempt {self._attempt})"
+        if sending:
+            return (f"aiokprod sink: {where} stopped after handing {self._records} records to "
+                    f"the producer ({self._failed} of them failed): {type(error).__name__}: "
+                    f"{error}")
+        return (f"aiokprod sink: {where}: {self._failed} of {self._records} records were not "
+                f"written to Kafka; first error: {type(error).__name__}: {error}")
+
+    # -- Arrow → plain lists (task thread) ----------------------------------------------------
+
+    def _plan(self, batch: pa.RecordBatch) -> _Plan:
+        columns = self._settings.columns
+        self._bytes += _payload_bytes(batch.column("value"))
+        if "key" in columns:
+            self._bytes += _payload_bytes(batch.column("key"))
+        if _needs_rows(batch, columns):
+            return [self._rows(batch)]
+        plan: _Plan = []
+        for topic, by_topic in self._by_topic(batch):
+            if "partition" in columns:
+                for partition, part in _groups(by_topic, "partition"):
+                    plan.append(self._bulk(topic, partition, part))
+            else:
+                plan.append(self._bulk(topic, None, by_topic))
+        return plan
+
+    def _by_topic(self, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+        if self._settings.topic is not None:
+            yield self._settings.topic, batch
+            return
+        topics = batch.column("topic")
+        if topics.null_count:
+            raise KafkaSinkError(f"aiokprod sink: null topic in column 'topic' "
+                                 f"({topics.null_count} of {batch.num_rows} rows) and no "
+                                 f"'topic' option")
+        for topic, part in _groups(batch, "topic"):
+            assert isinstance(topic, str)
+            yield topic, part
+
+    def _bulk(self, topic: str, partition: int | None, batch: pa.RecordBatch) -> _Bulk:
+        columns = self._settings.columns
+        timestamp_ms: int | None = None
+        if "timestamp" in columns:  # constant here (_needs_rows checked), maybe all null
+            first = _timestamps_ms(batch.column("timestamp"))[0]
+            timestamp_ms = None if first is None else int(first)
+        keys = None
+        if "key" in columns:
+            key_column = batch.column("key")
+            if key_column.null_count < batch.num_rows:
+                keys = _as_bytes_list(key_column)
+        return _Bulk(topic, partition, timestamp_ms, _as_bytes_list(batch.column("value")), keys)
+
+    def _rows(self, batch: pa.RecordBatch) -> _Rows:
+        columns, n = self._settings.columns, batch.num_rows
+        topic = self._settings.topic
+        if topic is None:
+            topic_column = batch.column("topic")
+            if topic_column.null_count:
+                raise KafkaSinkError("aiokprod sink: null topic in column 'topic' and no "
+                                     "'topic' option")
+            topics: list[str] = topic_column.to_pylist()
+        else:
+            topics = [topic] * n
+        headers = None
+        if "headers" in columns:
+            headers = [None if h is None else [(e["key"], e["value"]) for e in h]
+                       for h in batch.column("headers").to_pylist()]
+        return _Rows(
+            topics=topics,
+            values=_as_bytes_list(batch.column("value")),
+            keys=_as_bytes_list(batch.column("key")) if "key" in columns else None,
+            partitions=batch.column("partition").to_pylist() if "partition" in columns
+            else None,
+            timestamps_ms=_timestamps_ms(batch.column("timestamp")) if "timestamp" in columns
+            else None,
+            headers=headers)
+
+    # -- sending (loop thread) ----------------------------------------------------------------
+
+    async def _queue(self, plan: _Plan) -> None:
+        producer = self._producer
+        for item in plan:
+            if isinstance(item, _Bulk):
+                n = len(item.values)
+                future = await producer.send_many(item.topic, item.values, item.keys,
+                                                  partition=item.partition,
+                                                  timestamp_ms=item.timestamp_ms)
+                self._count(item.topic, n)
+                self._bulk_futures.append((future, n))
+                future.add_done_callback(self._bulk_done)
+            else:
+                await self._queue_rows(item)
+
+    async def _queue_rows(self, rows: _Rows) -> None:
+        send = self._producer.send
+        keys, partitions, stamps, headers = rows.keys, rows.partitions, rows.timestamps_ms, \
+            rows.headers
+        for i, value in enumerate(rows.values):
+            future = await send(
+                rows.topics[i], value,
+                None if keys is None else keys[i],
+                None if partitions is None else partitions[i],
+                None if stamps is None else stamps[i],
+                None if headers is None else headers[i])
+            self._count(rows.topics[i], 1)
+            self._rows_pending += 1
+            future.add_done_callback(self._row_done)
+
+    def _count(self, topic: str, n: int) -> None:
+        self._records += n
+        self._topics[topic] = self._topics.get(topic, 0) + n
+
+    def _bulk_done(self, future: asyncio.Future[SendManyResult]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            # send_many fails a call as a whole: all its records count as not written
+            n = next(n for f, n in self._bulk_futures if f is future)
+            self._fail(n, future.exception() if not future.cancelled() else
+                       asyncio.CancelledError("send_many cancelled"))
+
+    def _row_done(self, future: asyncio.Future[Any]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            self._fail(1, future.exception() if not future.cancelled() else
+                       asyncio.CancelledError("send cancelled"))
+        self._rows_pending -= 1
+        if self._rows_pending == 0 and self._rows_done is not None:
+            self._rows_done.set()
+
+    def _fail(self, n: int, error: BaseException | None) -> None:
+        self._failed += n
+        if self._first_error is None:
+            self._first_error = error
+
+    async def _finish(self) -> None:
+        await self._producer.flush()
+        # flush() returns when every batch is done; the futures' callbacks may still be queued
+        if self._bulk_futures:
+            await asyncio.wait([f for f, _ in self._bulk_futures])
+        if self._rows_pending:
+            self._rows_done = asyncio.Event()
+            await self._rows_done.wait()
+
+
+# -- Arrow helpers ----------------------------------------------------------------------------
+
+
+def _needs_rows(batch: pa.RecordBatch, columns: tuple[str, ...]) -> bool:
+    """True when records differ in what ``send_many`` sets per call (headers, timestamps)."""
+    if "headers" in columns:
+        headers = batch.column("headers")
+        if headers.null_count < batch.num_rows and \
+                pc.max(pc.list_value_length(headers)).as_py():
+            return True
+    if "timestamp" in columns:
+        stamps = batch.column("timestamp")
+        if 0 < stamps.null_count < batch.num_rows:
+            return True
+        if stamps.null_count == 0:
+            bounds = pc.min_max(stamps)
+            if bounds["min"] != bounds["max"]:
+                return True
+    return False
+
+
+def _groups(batch: pa.RecordBatch, column: str) -> Iterator[tuple[Any, pa.RecordBatch]]:
+    """Sub-batches with one value of ``column`` each, rows in their original order."""
+    values = batch.column(column)
+    distinct = pc.unique(values)
+    if len(distinct) == 1:
+        yield distinct[0].as_py(), batch
+        return
+    for scalar in distinct:
+        mask = pc.is_null(values) if not scalar.is_valid else pc.equal(values, scalar)
+        yield scalar.as_py(), batch.filter(mask)
+
+
+def _as_bytes_list(column: pa.Array) -> list[bytes | None]:
+    """The column as a list of ``bytes`` (strings as their UTF-8 bytes, without re-encoding)."""
+    if pa.types.is_string(column.type):
+        column = column.view(pa.binary())
+    elif pa.types.is_large_string(column.type):
+        column = column.view(pa.large_binary())
+    elif pa.types.is_string_view(column.type):
+        column = column.cast(pa.binary())
+    result: list[bytes | None] = column.to_pylist()
+    return result
+
+
+def _payload_bytes(column: pa.Array) -> int:
+    total = pc.sum(pc.binary_length(column)).as_py()
+    return int(total or 0)
+
+
+def _timestamps_ms(column: pa.Array) -> list[int | None]:
+    """Arrow timestamps (Spark sends microseconds) as epoch milliseconds, nulls kept."""
+    unit = column.type.unit
+    ticks = column.cast(pa.int64())
+    divisor = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[unit]
+    if divisor is None:
+        millis = pc.multiply(ticks, 1000)
+    elif divisor == 1:
+        millis = ticks
+    else:
+        millis = pc.divide(ticks, divisor)  # integer division: whole milliseconds
+    result: list[int | None] = millis.to_pylist()
+    return result

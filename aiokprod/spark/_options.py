@@ -1,0 +1,153 @@
+"""What the sink accepts: its options and the DataFrame's columns, checked on the driver.
+
+Everything here runs when Spark builds the writer (``DataSource.writer`` / ``streamWriter``), in
+the driver's Python worker, before any task starts: a wrong option or column fails the
+``save()`` / ``start()`` call with a message naming it, not every task on every executor.
+
+The shape follows Spark's built-in Kafka sink (``KafkaWriter`` in spark-sql-kafka), so a
+pipeline moves over by changing ``format("kafka")`` to ``format("aiokprod")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from aiokprod.config import ProducerConfig
+from aiokprod.errors import ConfigError
+
+__all__ = ["COLUMNS", "SinkSettings", "settings_from"]
+
+KAFKA_PREFIX = "kafka."
+# The DataFrame columns the sink reads, as in Spark's Kafka sink.
+COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
+
+# Java producer settings that a string option cannot carry, or that the sink owns.
+_UNSUPPORTED = {
+    "key.serializer": "keys are written as the bytes of the key column (binary, or UTF-8 of a "
+                      "string); cast the column instead",
+    "value.serializer": "values are written as the bytes of the value column (binary, or UTF-8 "
+                        "of a string); cast the column instead",
+    "interceptor.classes": "interceptors are Python objects; they cannot be given as a string "
+                           "option",
+    "partitioner.class": "a partitioner is a Python callable; use the partition column for "
+                         "explicit partitions",
+    "ssl_context": "an SSLContext cannot be given as a string option; use kafka.ssl.ca.location, "
+                   "kafka.ssl.certificate.location and kafka.ssl.key.location",
+    "sasl.oauth.token.provider": "a token provider is a Python callable; it cannot be given as "
+                                 "a string option",
+    "transactional.id": "transactions are not supported yet; the sink derives transactional "
+                        "ids itself once they are (option 'transactional')",
+}
+
+# Options Spark itself passes to a streaming sink; they are Spark's, not ours.
+_SPARK_OWNED = frozenset({"checkpointlocation", "queryname", "path"})
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """Everything a task needs, checked on the driver and pickled to the executors."""
+
+    # Java producer settings (the ``kafka.`` prefix removed), sorted: also the cache key that
+    # lets tasks of one worker share a producer.
+    producer_config: tuple[tuple[str, str], ...]
+    # the ``topic`` option; it overrides a topic column, as in Spark's Kafka sink
+    topic: str | None
+    # which of COLUMNS the DataFrame has
+    columns: tuple[str, ...]
+
+    def config_mapping(self) -> dict[str, str]:
+        return dict(self.producer_config)
+
+
+def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSettings:
+    """Check the options and the schema; raise ``ConfigError`` / ``ValueError`` naming the culprit.
+
+    Spark lower-cases option names (its options map is case-insensitive); Java's producer
+    settings are lower-case already, so ``kafka.linger.ms`` arrives as written.
+    """
+    producer: dict[str, str] = {}
+    topic: str | None = None
+    for name, value in options.items():
+        key = name.lower()
+        if key.startswith(KAFKA_PREFIX):
+            java = key[len(KAFKA_PREFIX):]
+            reason = _UNSUPPORTED.get(java)
+            if reason is not None:
+                raise ConfigError(f"aiokprod sink: option {name!r} is not supported: {reason}")
+            producer[java] = value
+        elif key == "topic":
+            topic = value
+        elif key == "transactional":
+            if value.strip().lower() == "true":
+                raise ConfigError(
+                    "aiokprod sink: option 'transactional'='true' is not supported: transactions "
+                    "are not supported yet by aiokprod; the sink writes at-least-once (idempotent "
+                    "within a task, see docs/spark.md)")
+            if value.strip().lower() != "false":
+                raise ConfigError(
+                    f"aiokprod sink: option 'transactional' must be 'true' or 'false', got "
+                    f"{value!r}")
+        elif key not in _SPARK_OWNED:
+            raise ConfigError(
+                f"aiokprod sink: unknown option {name!r}; producer settings take the 'kafka.' "
+                f"prefix (e.g. 'kafka.{key}'), and the sink's own options are 'topic' and "
+                f"'transactional'")
+    if "bootstrap.servers" not in producer:
+        raise ConfigError("aiokprod sink: option 'kafka.bootstrap.servers' is required")
+    try:
+        ProducerConfig.from_mapping(producer)
+    except ConfigError as exc:
+        raise ConfigError(f"aiokprod sink: bad producer option (given with the 'kafka.' "
+                          f"prefix): {exc}") from exc
+    columns = _check_schema(schema, topic)
+    return SinkSettings(tuple(sorted(producer.items())), topic, columns)
+
+
+def _check_schema(schema: StructType, topic_option: str | None) -> tuple[str, ...]:
+    by_name = {f.name: f.dataType for f in schema.fields}
+    extra = [name for name in by_name if name not in COLUMNS]
+    if extra:
+        raise ValueError(
+            f"aiokprod sink: column(s) {extra} are not written to Kafka; select only "
+            f"{list(COLUMNS)} (value is required)")
+    if "value" not in by_name:
+        raise ValueError("aiokprod sink: the DataFrame needs a 'value' column (binary or string)")
+    for name in ("value", "key"):
+        if name in by_name and not isinstance(by_name[name], (BinaryType, StringType)):
+            raise ValueError(_wrong_type(name, by_name[name], "binary or string"))
+    if "topic" in by_name and not isinstance(by_name["topic"], StringType):
+        raise ValueError(_wrong_type("topic", by_name["topic"], "string"))
+    if "topic" not in by_name and topic_option is None:
+        raise ValueError("aiokprod sink: no topic: give the 'topic' option or a 'topic' column")
+    if "partition" in by_name and not isinstance(by_name["partition"], IntegerType):
+        raise ValueError(_wrong_type("partition", by_name["partition"], "int"))
+    if "timestamp" in by_name and not isinstance(by_name["timestamp"], TimestampType):
+        raise ValueError(_wrong_type("timestamp", by_name["timestamp"], "timestamp"))
+    if "headers" in by_name and not _is_headers_type(by_name["headers"]):
+        raise ValueError(_wrong_type("headers", by_name["headers"],
+                                     "array<struct<key: string, value: binary>>"))
+    return tuple(name for name in COLUMNS if name in by_name)
+
+
+def _is_headers_type(data_type: DataType) -> bool:
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    fields = {f.name: f.dataType for f in data_type.elementType.fields}
+    return (set(fields) == {"key", "value"} and isinstance(fields["key"], StringType)
+            and isinstance(fields["value"], BinaryType))
+
+
+def _wrong_type(column: str, got: DataType, expected: str) -> str:
+    return (f"aiokprod sink: column {column!r} has type {got.simpleString()}, expected "
+            f"{expected}")

@@ -1,0 +1,455 @@
+"""The PySpark sink under a real local Spark (``local[2]``, Java 17) against Tansu.
+
+One SparkSession serves every test here (JVM start-up is the expensive part, ~6 s); it is
+started before the first test's leak snapshot and ended by PID at session end. Spark's Python
+workers are children of the JVM, not of pytest, so the leak guard does not see them. Records
+are read back with confluent-kafka (``support.reader``), not with anything of ours.
+
+Local mode runs each task once (``spark.task.maxFailures`` is 1 in ``local[N]``), so a failing
+task fails the job at once; that keeps the failure tests fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark import SparkContext
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from aiokprod.devbroker import TansuBroker
+from aiokprod.spark import (
+    KafkaArrowWriter,
+    KafkaDataSource,
+    KafkaSinkError,
+    KafkaStreamRowWriter,
+    SinkCommitMessage,
+)
+from aiokprod.spark._executor import TaskWriter, cached_producer_count, close_all_producers
+from aiokprod.spark._options import settings_from
+from support.reader import read_back
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+HEADERS = ArrayType(StructType([StructField("key", StringType()),
+                                StructField("value", BinaryType())]))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] SparkSession with our data source registered; the JVM ends with the session."""
+    saved = os.environ.get("PYSPARK_PYTHON")
+    # Spark's Python workers (data source planning, tasks) must run this venv's interpreter
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("aiokprod-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(KafkaDataSource)
+    gateway = SparkContext._gateway
+    assert gateway is not None
+    jvm = gateway.proc
+    try:
+        yield session
+    finally:
+        try:
+            session.stop()
+            gateway.shutdown()
+        finally:
+            if jvm.stdin is not None:
+                jvm.stdin.close()  # the gateway JVM exits when its stdin closes
+            try:
+                jvm.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                jvm.kill()
+                jvm.wait(timeout=10)
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+            if saved is None:
+                os.environ.pop("PYSPARK_PYTHON", None)
+            else:
+                os.environ["PYSPARK_PYTHON"] = saved
+
+
+def _save(df: DataFrame, bootstrap: str, topic: str | None = None, **options: str) -> None:
+    writer = df.write.format("aiokprod").option("kafka.bootstrap.servers", bootstrap)
+    if topic is not None:
+        writer = writer.option("topic", topic)
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.mode("append").save()
+
+
+def _key_value_frame(spark: SparkSession, rows: int, partitions: int = 2) -> DataFrame:
+    # 100-byte values: the id, then padding
+    return spark.range(0, rows, 1, partitions).selectExpr(
+        "cast(cast(id as string) as binary) as key",
+        "cast(rpad(cast(id as string), 100, 'x') as binary) as value")
+
+
+def _check_key_values(records: list[Any], rows: int) -> None:
+    assert len(records) == rows
+    keys = sorted(int(r.key) for r in records)
+    assert keys == list(range(rows))
+    for r in records[:1000]:
+        assert r.value == r.key.decode().ljust(100, "x").encode()
+
+
+# -- batch -------------------------------------------------------------------------------------
+
+
+def test_batch_write_100k_rows(spark: SparkSession, tansu: TansuBroker,
+                               new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=3)
+    rows = 100_000
+    started = time.monotonic()
+    _save(_key_value_frame(spark, rows), tansu.bootstrap, topic)
+    elapsed = time.monotonic() - started
+    records = read_back(tansu.bootstrap, topic, expected=rows, timeout=60, settle=0.5)
+    _check_key_values(records, rows)
+    # keyed records: murmur2 spreads them over all three partitions
+    assert {r.partition for r in records} == {0, 1, 2}
+    logging.getLogger(__name__).info("100k rows in %.2fs", elapsed)
+
+
+@pytest.mark.slow
+def test_batch_write_1m_rows(spark: SparkSession, tansu: TansuBroker,
+                             new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=3)
+    rows = 1_000_000
+    _save(_key_value_frame(spark, rows, partitions=4), tansu.bootstrap, topic,
+          **{"kafka.batch.size": "262144"})
+    records = read_back(tansu.bootstrap, topic, expected=rows, timeout=180, settle=0.5)
+    _check_key_values(records, rows)
+
+
+def test_columns_are_preserved(spark: SparkSession, tansu: TansuBroker,
+                               new_topic: Callable[..., str]) -> None:
+    """key, value, topic, partition, headers and timestamp columns, string and binary alike."""
+    first, second = new_topic(partitions=3), new_topic(partitions=2)
+    base = dt.datetime(2024, 5, 6, 7, 8, 9, 123000)
+    schema = StructType([
+        StructField("key", StringType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("headers", HEADERS),
+        StructField("timestamp", TimestampType()),
+    ])
+    data = []
+    for i in range(40):
+        data.append((
+            None if i % 10 == 9 else f"k{i}",
+            None if i % 13 == 12 else f"v{i}".encode(),
+            first if i % 2 == 0 else second,
+            i % 2,
+            [{"key": "h", "value": str(i).encode()}, {"key": "dup", "value": None}]
+            if i % 3 else None,
+            base + dt.timedelta(seconds=i),
+        ))
+    _save(spark.createDataFrame(data, schema).repartition(2), tansu.bootstrap)
+    got = {}
+    for topic in (first, second):
+        for r in read_back(tansu.bootstrap, topic, expected=20, timeout=30, settle=0.3):
+            got[r.headers[0][1] if r.headers else (r.key, r.value)] = (topic, r)
+    assert len(got) == 40
+    for i, (key, value, topic, partition, headers, stamp) in enumerate(data):
+        lookup = str(i).encode() if headers else (
+            None if key is None else key.encode(), value)
+        seen_topic, record = got[lookup]
+        assert seen_topic == topic
+        assert record.partition == partition
+        assert record.key == (None if key is None else key.encode())
+        assert record.value == value
+        assert record.headers == ([("h", str(i).encode()), ("dup", None)] if headers else [])
+        # Spark hands naive datetimes over as session-local time, as Python's timestamp() does
+        assert record.timestamp == int(stamp.timestamp() * 1000)
+
+
+def test_string_and_binary_values_write_the_same_bytes(
+        spark: SparkSession, tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
+    topic = new_topic()
+    words = ["plain", "ünïcödé ✓", ""]
+    as_string = spark.createDataFrame([(w,) for w in words], "value string")
+    as_binary = spark.createDataFrame([(w.encode(),) for w in words], "value binary")
+    _save(as_string.coalesce(1), tansu.bootstrap, topic)
+    _save(as_binary.coalesce(1), tansu.bootstrap, topic)
+    values = [r.value for r in read_back(tansu.bootstrap, topic, expected=6, settle=0.3)]
+    assert values == [w.encode() for w in words] * 2
+
+
+def test_constant_timestamp_goes_through_send_many(
+        spark: SparkSession, tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
+    """One timestamp for a whole batch (e.g. current_timestamp()) still sets each record's."""
+    topic = new_topic()
+    df = spark.range(500).selectExpr("cast(id as string) as value",
+                                     "timestamp'2023-01-02 03:04:05.678' as timestamp")
+    _save(df, tansu.bootstrap, topic)
+    records = read_back(tansu.bootstrap, topic, expected=500, settle=0.3)
+    expected = int(dt.datetime(2023, 1, 2, 3, 4, 5, 678000).timestamp() * 1000)
+    assert len(records) == 500
+    assert {r.timestamp for r in records} == {expected}
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+def test_streaming_rate_source_over_several_micro_batches(
+        spark: SparkSession, tansu: TansuBroker, new_topic: Callable[..., str],
+        tmp_path: Path) -> None:
+    topic = new_topic(partitions=2)
+    query = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 500).option("numPartitions", 2).load()
+        .selectExpr("cast(cast(value as string) as binary) as key",
+                    "cast(value as string) as value", "timestamp")
+        .writeStream.format("aiokprod")
+        .option("kafka.bootstrap.servers", tansu.bootstrap)
+        .option("kafka.linger.ms", "2")
+        .option("topic", topic)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            progress = query.lastProgress
+            if query.exception() is not None:
+                raise AssertionError(f"streaming query failed: {query.exception()}")
+            if progress is not None and progress["batchId"] >= 3:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"fewer than 4 micro-batches in 90 s: {query.recentProgress}")
+    finally:
+        query.stop()
+    batches = {p["batchId"]: p["numInputRows"] for p in query.recentProgress}
+    committed = sum(batches.values())
+    assert len(batches) >= 4 and committed >= 1500
+    records = read_back(tansu.bootstrap, topic, expected=committed, timeout=60, settle=0.5)
+    values = [int(r.value) for r in records]
+    # every committed row is there; a batch cut off by stop() may have added a few more
+    assert set(range(committed)) <= set(values)
+    assert len(values) == len(set(values)), "a row was written twice without any retry"
+    assert all(r.key == r.value for r in records)
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+def test_unreachable_broker_fails_the_task_with_a_clear_error(
+        spark: SparkSession, tansu_factory: Callable[..., TansuBroker]) -> None:
+    broker = tansu_factory()
+    broker.create_topic("gone", partitions=1)
+    bootstrap = broker.bootstrap
+    broker.stop()
+    df = spark.range(100).selectExpr("cast(id as string) as value")
+    with pytest.raises(Exception) as failure:
+        _save(df.coalesce(1), bootstrap, "gone", **{"kafka.max.block.ms": "1500",
+                                                   "kafka.request.timeout.ms": "1000",
+                                                   "kafka.delivery.timeout.ms": "2000"})
+    message = str(failure.value)
+    assert "KafkaSinkError" in message
+    assert "aiokprod sink: task for partition 0 (attempt 0)" in message
+    assert "KafkaTimeoutError" in message
+    assert "max.block.ms" in message
+
+
+def test_records_failing_after_queueing_are_counted(
+        tansu_factory: Callable[..., TansuBroker]) -> None:
+    """The broker dies mid-task: the task raises with the failed count and the first error."""
+    broker = tansu_factory()
+    broker.create_topic("dies", partitions=1)
+    settings = settings_from(
+        {"kafka.bootstrap.servers": broker.bootstrap, "topic": "dies",
+         "kafka.request.timeout.ms": "500", "kafka.delivery.timeout.ms": "1500",
+         "kafka.linger.ms": "0", "kafka.max.block.ms": "1000"},
+        StructType([StructField("value", BinaryType())]))
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"value": pa.array([b"before"] * 10, pa.binary())})
+        time.sleep(0.5)  # the first ten are acknowledged by now
+        broker.stop()
+        yield pa.record_batch({"value": pa.array([b"after"] * 25, pa.binary())})
+
+    try:
+        with pytest.raises(KafkaSinkError) as failure:
+            TaskWriter(settings, 7, 1).write(batches())
+        message = str(failure.value)
+        assert message.startswith("aiokprod sink: task for partition 7 (attempt 1): "
+                                  "25 of 35 records were not written to Kafka; first error: ")
+        # the failed task's producer is not kept for the retry
+        assert cached_producer_count() == 0
+    finally:
+        close_all_producers()
+
+
+# -- one producer per worker -------------------------------------------------------------------
+
+
+def test_tasks_of_one_worker_share_one_producer(tansu: TansuBroker,
+                                                new_topic: Callable[..., str]) -> None:
+    topic = new_topic()
+    schema = StructType([StructField("value", StringType())])
+    settings = settings_from({"kafka.bootstrap.servers": tansu.bootstrap, "topic": topic},
+                             schema)
+    other = settings_from({"kafka.bootstrap.servers": tansu.bootstrap, "topic": topic,
+                           "kafka.linger.ms": "1"}, schema)
+    try:
+        writers = [TaskWriter(settings, i, 0) for i in range(3)]
+        assert len({id(w._producer) for w in writers}) == 1
+        assert cached_producer_count() == 1
+        for i, writer in enumerate(writers):
+            summary = writer.write([pa.record_batch({"value": pa.array([f"r{i}"] * 100)})])
+            assert (summary.records, summary.bytes) == (100, 200)
+        TaskWriter(other, 9, 0)  # another configuration: another producer
+        assert cached_producer_count() == 2
+    finally:
+        close_all_producers()
+    assert cached_producer_count() == 0
+    assert len(read_back(tansu.bootstrap, topic, expected=300, settle=0.3)) == 300
+
+
+def test_row_path_writes_rows(tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
+    """The Row writer (Spark without Arrow stream writers) shares the Arrow path's sending."""
+    topic = new_topic()
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType()),
+                         StructField("headers", HEADERS)])
+    writer = KafkaStreamRowWriter(settings_from(
+        {"kafka.bootstrap.servers": tansu.bootstrap, "topic": topic}, schema))
+    rows = [Row(key=f"k{i}", value=f"v{i}".encode(),
+                headers=[Row(key="n", value=str(i).encode())] if i % 2 else None)
+            for i in range(25)]
+    try:
+        message = writer.write(iter(rows))
+    finally:
+        close_all_producers()
+    assert isinstance(message, SinkCommitMessage)
+    assert (message.records, message.topics) == (25, ((topic, 25),))
+    records = read_back(tansu.bootstrap, topic, expected=25, settle=0.3)
+    assert [(r.key, r.value) for r in records] == [(f"k{i}".encode(), f"v{i}".encode())
+                                                   for i in range(25)]
+    assert [r.headers for r in records][:2] == [[], [("n", b"1")]]
+
+
+def test_commit_logs_a_summary(caplog: pytest.LogCaptureFixture) -> None:
+    settings = settings_from({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t"},
+                             StructType([StructField("value", StringType())]))
+    writer = KafkaArrowWriter(settings)
+    with caplog.at_level(logging.INFO, logger="aiokprod.spark"):
+        writer.commit([SinkCommitMessage(0, 0, 10, 100, (("t", 10),)),
+                       SinkCommitMessage(1, 0, 5, 50, (("t", 4), ("u", 1)))])
+        writer.abort([SinkCommitMessage(0, 0, 10, 100, (("t", 10),)), None])
+    assert caplog.messages == [
+        "aiokprod sink: wrote 15 records (150 bytes of keys and values) from 2 of 2 tasks; "
+        "per topic: t: 14, u: 1",
+        "aiokprod sink: write job failed; what the finished tasks wrote stays in Kafka "
+        "(at-least-once): 10 records (100 bytes of keys and values) from 1 of 2 tasks; "
+        "per topic: t: 10",
+    ]
+
+
+# -- rejected schemas and options --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("columns", "expected"), [
+    ("value string, extra int, other string",
+     "column(s) ['extra', 'other'] are not written to Kafka"),
+    ("key string", "the DataFrame needs a 'value' column"),
+    ("value int", "column 'value' has type int, expected binary or string"),
+    ("value string, partition string", "column 'partition' has type string, expected int"),
+    ("value string, headers array<string>", "column 'headers' has type array<string>"),
+    ("value string, timestamp bigint", "column 'timestamp' has type bigint, expected timestamp"),
+])
+def test_bad_schema_is_rejected_naming_the_column(spark: SparkSession, columns: str,
+                                                  expected: str) -> None:
+    df = spark.createDataFrame([], columns)
+    with pytest.raises(Exception, match=r"aiokprod sink") as failure:
+        _save(df, "127.0.0.1:9", "t")
+    assert expected in str(failure.value)
+
+
+def test_missing_topic_is_rejected(spark: SparkSession) -> None:
+    with pytest.raises(Exception, match="no topic: give the 'topic' option or a 'topic' column"):
+        _save(spark.createDataFrame([], "value string"), "127.0.0.1:9")
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"kafka.linger.msx": "5"}, "Unknown configuration 'linger.msx'; did you mean 'linger.ms'?"),
+    ({"lingerMs": "5"}, "unknown option 'lingerms'"),
+    ({"kafka.linger.ms": "soon"}, "linger.ms"),
+    ({"transactional": "true"},
+     "option 'transactional'='true' is not supported: transactions are not supported yet"),
+    ({"kafka.key.serializer": "x"}, "option 'kafka.key.serializer' is not supported"),
+    ({"kafka.transactional.id": "x"}, "option 'kafka.transactional.id' is not supported"),
+])
+def test_bad_option_is_rejected_naming_it(spark: SparkSession, options: dict[str, str],
+                                          expected: str) -> None:
+    df = spark.createDataFrame([], "value string")
+    with pytest.raises(Exception, match="aiokprod sink") as failure:
+        _save(df, "127.0.0.1:9", "t", **options)
+    assert expected in str(failure.value)
+
+
+def test_overwrite_mode_is_rejected(spark: SparkSession) -> None:
+    df = spark.createDataFrame([], "value string")
+    writer = (df.write.format("aiokprod").option("kafka.bootstrap.servers", "127.0.0.1:9")
+              .option("topic", "t").mode("overwrite"))
+    with pytest.raises(Exception, match="can only be appended to"):
+        writer.save()
+
+
+def test_options_and_schema_checks_without_spark() -> None:
+    """The same checks as plain functions: what the driver runs before any task."""
+    schema = StructType([StructField("value", StringType()), StructField("key", BinaryType())])
+    settings = settings_from({"kafka.bootstrap.servers": "h:1", "kafka.linger.ms": "7",
+                              "topic": "t", "checkpointLocation": "/x",
+                              "transactional": "false"}, schema)
+    assert settings.producer_config == (("bootstrap.servers", "h:1"), ("linger.ms", "7"))
+    assert (settings.topic, settings.columns) == ("t", ("key", "value"))
+    with pytest.raises(ValueError, match="'kafka.bootstrap.servers' is required"):
+        settings_from({"topic": "t"}, schema)
+    with pytest.raises(ValueError, match="'transactional' must be 'true' or 'false'"):
+        settings_from({"kafka.bootstrap.servers": "h:1", "transactional": "yes"}, schema)
+
+
+# -- examples ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["spark_batch.py", "spark_streaming.py"])
+def test_spark_example_runs(name: str, tansu: TansuBroker,
+                            new_topic: Callable[..., str]) -> None:
+    topic = new_topic(partitions=2)
+    done = subprocess.run([sys.executable, str(EXAMPLES / name), tansu.bootstrap, topic],
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # the example prints how many rows it wrote; the topic must hold at least those
+    written = int(done.stdout.strip().splitlines()[-1].split()[1])
+    assert written > 0
+    records = read_back(tansu.bootstrap, topic, expected=written, timeout=60, settle=0.3)
+    assert len(records) >= written
