@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import (
     BrokerResponseError,
@@ -36,17 +36,24 @@ from aiokprod.producer.idempotence import Action, IdempotenceManager
 from aiokprod.producer.retry_policy import classify
 from aiokprod.protocol import InitProducerIdRequest, ProduceRequest
 
+if TYPE_CHECKING:
+    from aiokprod.producer.transaction_manager import TransactionManager
+
 __all__ = ["Sender", "SenderStatistics"]
 
 log = logging.getLogger(__name__)
 
 _NONE = 0
 _DUPLICATE_SEQUENCE_NUMBER = 46
+_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 _NETWORK_EXCEPTION = 13
 _REQUEST_TIMED_OUT = 7
 _MESSAGE_TOO_LARGE = 10
 # Produce v13+ names topics by id (KIP-516); until topic ids are wired through, stay below it.
 _PRODUCE_MAX_VERSION_BY_NAME = 12
+# Produce v12 tells the broker the client adds partitions implicitly (transaction version 2,
+# KIP-890); a producer that adds them with AddPartitionsToTxn stays at v11, as Java does.
+_PRODUCE_MAX_VERSION_TXN_V1 = 11
 
 
 class _Waker:
@@ -124,8 +131,15 @@ class Sender:
         clock: Callable[[], float] = time.monotonic,
         spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]] | None = None,
         on_node_ready: Callable[[int, int, bool], None] | None = None,
+        transactions: TransactionManager | None = None,
     ) -> None:
         self._cluster = cluster
+        # transactional producer: it runs InitProducerId itself (with the transactional id),
+        # and a partition's batches are drained only once it was added to the transaction
+        self._txn = transactions
+        self._transactional_id = transactions.transactional_id if transactions else None
+        self._produce_max_version = _PRODUCE_MAX_VERSION_TXN_V1 if transactions else \
+            _PRODUCE_MAX_VERSION_BY_NAME
         # starts background tasks: the producer's supervisor, so that a crash turns it fatal
         self._spawn = spawn or _plain_spawn
         # (node, now in ms, could drain): feeds partitioner.availability.timeout.ms, which
@@ -241,7 +255,8 @@ class Sender:
                 self._fail(batch, self.fatal_error)
         self._expire(now)
         idem = self._idem
-        if idem is not None and self.fatal_error is None and idem.needs_producer_id():
+        if idem is not None and self.fatal_error is None and idem.needs_producer_id() and \
+                self._txn is None:
             self._ensure_producer_id()
         view = cluster.view
         ready = acc.ready(view, now)
@@ -271,7 +286,14 @@ class Sender:
             nodes.append(node)
         if not nodes:
             return delay
-        if idem is not None:
+        txn = self._txn
+        if txn is not None and idem is not None:
+            drained = acc.drain(view, nodes, self._max_request_size, now,
+                                can_send=lambda b: txn.can_send(b.topic, b.partition)
+                                and idem.can_send(b, now),
+                                on_drain=self._on_drain_transactional)
+            txn.after_drain()  # one AddPartitionsToTxn for what this drain found new
+        elif idem is not None:
             drained = acc.drain(view, nodes, self._max_request_size, now,
                                 can_send=lambda b: idem.can_send(b, now),
                                 on_drain=idem.assign_sequence)
@@ -285,6 +307,14 @@ class Sender:
             # we sleep instead: a response, a new batch or a new connection wakes us.
             return 0.0
         return delay
+
+    def _on_drain_transactional(self, batch: ProducerBatch) -> None:
+        """A drained batch of a transaction: its header says so (the transactional attribute
+        bit, which lets the markers hide it from read_committed consumers) and it gets its
+        sequence."""
+        batch.transactional = True
+        assert self._idem is not None
+        self._idem.assign_sequence(batch)
 
     # ---- producer id (idempotence) ---------------------------------------------------------
 
@@ -402,11 +432,12 @@ class Sender:
             by_tp[(batch.topic, batch.partition)] = batch
         self._cluster.touch_topics(topics, now)  # in use: its metadata must not expire
         request = ProduceRequest(
-            transactional_id=None, acks=self._acks, timeout_ms=self._request_timeout_ms,
+            transactional_id=self._transactional_id, acks=self._acks,
+            timeout_ms=self._request_timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
                         for t, p in topics.items()])
         try:
-            version = conn.version_for(ProduceRequest, max_version=_PRODUCE_MAX_VERSION_BY_NAME)
+            version = conn.version_for(ProduceRequest, max_version=self._produce_max_version)
             future = conn.send(request, version=version, expect_response=self._acks != 0)
         except KafkaError as exc:  # e.g. no Produce version in common: nothing left the client
             for batch in batches:
@@ -495,8 +526,12 @@ class Sender:
             self._complete(batch, p.base_offset, p.log_append_time_ms)
             return
         if code == _DUPLICATE_SEQUENCE_NUMBER and idem is not None:
-            self._complete(batch, -1, p.log_append_time_ms, duplicate=True)
-            return
+            if idem.duplicate_is_success(batch):
+                self._complete(batch, -1, p.log_append_time_ms, duplicate=True)
+                return
+            # never sent ambiguously under these sequences: not our batch the broker holds,
+            # but a collision with an older one (see duplicate_is_success); a gap, in effect
+            code = _OUT_OF_ORDER_SEQUENCE_NUMBER
         leader = getattr(p, "current_leader", None)
         if leader is not None and leader.leader_id >= 0:
             self._cluster.apply_leader_hint(TopicPartition(batch.topic, batch.partition),
@@ -527,6 +562,26 @@ class Sender:
             self._metrics.on_records_failed(batch.topic, batch.record_count)
         batch.fail(error, self._on_ack)
         self._acc.release(batch)
+        if self._txn is not None:
+            self._txn.on_batch_failed(error)  # the open transaction can no longer commit
+
+    def abort_queued_batches(self, error: BaseException) -> int:
+        """Fail every batch still queued with ``error`` (a transaction abort); batches on the
+        wire are left to their answers. Returns how many were failed."""
+        batches = self._acc.abort_queued()
+        idem = self._idem
+        for batch in batches:
+            if idem is not None and batch.base_sequence >= 0:
+                # a retry holding a sequence: unresolved if it may be written, else a gap;
+                # either way idempotence asks for the epoch bump the abort then performs
+                idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
+            self._fail(batch, error)
+        self.wakeup()
+        return len(batches)
+
+    def in_flight_batches(self) -> list[ProducerBatch]:
+        """Batches sent and not answered yet (a transaction abort waits for them)."""
+        return list(self._in_flight)
 
     def _retry(self, batch: ProducerBatch, error: BaseException, now: float, *,
                count_attempt: bool = True) -> None:

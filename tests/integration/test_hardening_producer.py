@@ -20,7 +20,6 @@ from aiokprod import Producer
 from aiokprod.devbroker import TansuBroker
 from aiokprod.errors import (
     BufferExhaustedError,
-    ConfigError,
     InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
@@ -218,13 +217,15 @@ async def test_a_send_from_another_thread_is_refused_before_anything_is_queued(
 # -- settings accepted and ignored are refused until implemented -------------------------------
 
 
-def test_transactional_id_is_refused_until_transactions_exist() -> None:
-    # accepted and ignored, it silently gave up the zombie fencing a user asked for
-    with pytest.raises(ConfigError, match="transactional_id"):
-        Producer(bootstrap_servers="127.0.0.1:9092", transactional_id="orders-writer-1")
-    with pytest.raises(ConfigError, match="transactional.id"):
-        Producer.from_config({"bootstrap.servers": "127.0.0.1:9092",
-                              "transactional.id": "orders-writer-1"})
+def test_transactional_id_is_accepted_now_that_transactions_exist() -> None:
+    # refused while transactions did not exist (accepted and ignored, it silently gave up the
+    # zombie fencing a user asked for); tests/integration/test_transactions_*.py cover them
+    assert Producer(bootstrap_servers="127.0.0.1:9092",
+                    transactional_id="orders-writer-1").config.transactional_id == \
+        "orders-writer-1"
+    assert Producer.from_config({"bootstrap.servers": "127.0.0.1:9092",
+                                 "transactional.id": "orders-writer-1"}
+                                ).config.transactional_id == "orders-writer-1"
 
 
 # -- waits that nobody woke --------------------------------------------------------------------

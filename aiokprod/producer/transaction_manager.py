@@ -1,0 +1,575 @@
+"""The transactional producer's requests to its coordinators (Java ``TransactionManager``).
+
+``transactions.py`` decides (the state table, which partitions still need adding); this module
+talks to the brokers: FindCoordinator (key type 1 for the transaction coordinator, 0 for a
+consumer group's), InitProducerId with the transactional id, AddPartitionsToTxn before a
+partition's first batch, AddOffsetsToTxn + TxnOffsetCommit, and EndTxn. The producer calls it
+from ``start()``/``commit_transaction()``/``abort_transaction()``; the sender calls
+``can_send`` while draining and ``after_drain`` once per wake-up.
+
+Every wait is bounded: the user-facing calls by max.block.ms (a deadline passed in), each
+request by request.timeout.ms, AddPartitionsToTxn retries by the delivery.timeout.ms of the
+batches waiting for it (they expire, which makes the transaction abortable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+from aiokprod._error_codes import ErrorCode
+from aiokprod.errors import (
+    BrokerResponseError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    error_for_code,
+)
+from aiokprod.network.cluster import Cluster
+from aiokprod.network.connection import BrokerConnection
+from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
+from aiokprod.producer.transactions import (
+    ConsumerGroupMetadata,
+    PartitionsInTransaction,
+    TransactionState,
+    TxnEvent,
+    next_state,
+)
+from aiokprod.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    FindCoordinatorRequest,
+    InitProducerIdRequest,
+    TxnOffsetCommitRequest,
+)
+
+__all__ = ["TransactionManager", "fenced_error"]
+
+log = logging.getLogger(__name__)
+
+_GROUP_KEY = 0
+_TRANSACTION_KEY = 1
+# Versions 4+ of AddPartitionsToTxn are for brokers verifying transactions (KIP-890); clients
+# send v3 and below.
+_ADD_PARTITIONS_CLIENT_MAX = 3
+# EndTxn v5 and TxnOffsetCommit v5 belong to transaction version 2 (KIP-890), not used here.
+_END_TXN_V1_MAX = 4
+_TXN_OFFSET_COMMIT_V1_MAX = 4
+
+_C = ErrorCode
+# retried against a coordinator looked up again
+_RELOOKUP = {_C.NOT_COORDINATOR, _C.COORDINATOR_NOT_AVAILABLE, _C.REQUEST_TIMED_OUT,
+             _C.NETWORK_EXCEPTION}
+# retried against the same coordinator after a backoff
+_RETRY = {_C.COORDINATOR_LOAD_IN_PROGRESS, _C.CONCURRENT_TRANSACTIONS,
+          _C.UNKNOWN_TOPIC_OR_PARTITION, _C.OPERATION_NOT_ATTEMPTED}
+# this producer can do nothing more (Java: transitionToFatalError)
+_FENCED = {_C.PRODUCER_FENCED, _C.INVALID_PRODUCER_EPOCH, _C.TRANSACTION_COORDINATOR_FENCED}
+_FATAL = _FENCED | {_C.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _C.UNSUPPORTED_VERSION,
+                    _C.CLUSTER_AUTHORIZATION_FAILED, _C.INVALID_TXN_STATE,
+                    _C.INVALID_TRANSACTION_TIMEOUT, _C.UNSUPPORTED_FOR_MESSAGE_FORMAT}
+# CONCURRENT_TRANSACTIONS while the previous transaction completes: Java retries it faster
+# than retry.backoff.ms (20 ms), since it clears within a few marker writes
+_CONCURRENT_BACKOFF_S = 0.02
+
+
+def fenced_error(transactional_id: str, code: ErrorCode | int, what: str
+                 ) -> ProducerFencedError:
+    """The error a fenced producer raises from now on: it says what to do about it."""
+    name = ErrorCode.of(int(code)).name
+    return ProducerFencedError(
+        f"{what}: {name}: another producer with transactional.id {transactional_id!r} "
+        f"started (it bumped the epoch), so this one is fenced: its open transaction will "
+        f"never commit and it can send nothing more. Close this producer and create a new "
+        f"one (which fences the other in turn), after making sure only one instance with "
+        f"this transactional id is meant to run")
+
+
+class TransactionManager:
+    """One transactional producer's coordinator requests and its transaction state."""
+
+    def __init__(
+        self,
+        *,
+        transactional_id: str,
+        transaction_timeout_ms: int,
+        cluster: Cluster,
+        idempotence: IdempotenceManager,
+        request_timeout_ms: int,
+        retry_backoff_ms: int,
+        client_id: str,
+        spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]],
+        wakeup: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self._timeout_ms = transaction_timeout_ms  # the coordinator aborts idle ones after it
+        self._cluster = cluster
+        self._idem = idempotence  # holds the producer id and epoch the requests carry
+        self._request_timeout_ms = request_timeout_ms
+        self._backoff = retry_backoff_ms / 1000
+        self._client = client_id
+        self._spawn = spawn  # the producer's supervisor: a crash of the add task turns fatal
+        self._wakeup = wakeup  # the sender: partitions were added, their batches may go
+        self._clock = clock
+        self._state = TransactionState.UNINITIALIZED
+        # the open transaction's partitions and groups
+        self.partitions = PartitionsInTransaction()
+        # node id of the transaction coordinator, None until (re-)looked up
+        self._coordinator: int | None = None
+        # the first error that made the transaction abortable / the producer fatal
+        self.abortable_error: BaseException | None = None
+        self.fatal_error: BaseException | None = None
+        # the AddPartitionsToTxn loop, while partitions are pending
+        self._add_task: asyncio.Task[None] | None = None
+        self.transactions_committed = 0  # for statistics and tests
+        self.transactions_aborted = 0
+        self.add_partitions_requests = 0
+
+    # ---- state ------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> TransactionState:
+        return self._state
+
+    def fire(self, event: TxnEvent) -> None:
+        """Move along the table; an event it does not list raises IllegalStateError."""
+        target = next_state(self._state, event)
+        if target is not self._state:
+            log.debug("[client %s] transaction state %s -> %s on %s", self._client,
+                      self._state.name, target.name, event.name)
+        self._state = target
+
+    def become_abortable(self, error: BaseException) -> None:
+        """A record or request of the open transaction failed: only an abort helps now."""
+        if self._state not in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING,
+                               TransactionState.ABORTABLE_ERROR):
+            return  # aborting already, or fatal: the error changes nothing
+        if self.abortable_error is None:
+            self.abortable_error = error
+            log.warning("[client %s] transaction must be aborted: %s", self._client, error)
+        self.fire(TxnEvent.ABORTABLE_ERROR)
+
+    def become_fatal(self, error: BaseException) -> None:
+        if self.fatal_error is None:
+            self.fatal_error = error
+            log.error("[client %s] transactional producer failed fatally: %s", self._client,
+                      error)
+        self.fire(TxnEvent.FATAL_ERROR)
+        if self._idem.state is not ProducerIdState.FATAL:
+            self._idem.fail_fatally(error)
+
+    @property
+    def must_abort(self) -> bool:
+        """An abortable error happened: only ``abort_transaction()`` is allowed."""
+        return self._state is TransactionState.ABORTABLE_ERROR
+
+    def check_fatal(self) -> None:
+        if self.fatal_error is not None:
+            raise self.fatal_error
+
+    # ---- the sender's hooks -----------------------------------------------------------------
+
+    def can_send(self, topic: str, partition: int) -> bool:
+        """Drain hook: a partition's batches go only once it is part of the transaction."""
+        state = self._state
+        if state is not TransactionState.IN_TRANSACTION and \
+                state is not TransactionState.COMMITTING:
+            return False
+        if self._idem.state is not ProducerIdState.READY and \
+                self._idem.state is not ProducerIdState.FATAL:
+            # idempotence asked for a new epoch mid-transaction: only an abort (and the bump
+            # after it) can give one; the records already sent belong to this epoch
+            self.become_abortable(KafkaError(
+                "the producer epoch must be bumped (a sequence error); abort the transaction"))
+            return False
+        return self.partitions.may_send((topic, partition))
+
+    def after_drain(self) -> None:
+        """Once per sender wake-up: one AddPartitionsToTxn for every partition seen pending."""
+        if self.partitions.pending and (self._add_task is None or self._add_task.done()):
+            self._add_task = self._spawn(self._add_partitions(),
+                                         f"aiokprod-add-partitions[{self._client}]")
+
+    def on_batch_failed(self, error: BaseException) -> None:
+        """A batch of the open transaction failed: the transaction cannot commit."""
+        if isinstance(error, ProducerFencedError):
+            self.become_fatal(fenced_error(self.transactional_id, ErrorCode.PRODUCER_FENCED,
+                                           "Produce"))
+            return
+        self.become_abortable(error)
+
+    # ---- coordinators -----------------------------------------------------------------------
+
+    async def _find_coordinator(self, key_type: int, key: str, deadline: float) -> int:
+        """FindCoordinator, retried on the coordinator errors until ``deadline``."""
+        attempt = 0
+        while True:
+            try:
+                conn = await self._cluster.least_loaded_connection(self._bounded_ms(deadline))
+                version = conn.version_for(FindCoordinatorRequest)
+                if version >= 4:  # KIP-699: a list of keys replaced the single key
+                    request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+                else:
+                    request = FindCoordinatorRequest(key=key, key_type=key_type)
+                response = await conn.request(request, version=version,
+                                              timeout_ms=self._bounded_ms(deadline))
+                if version >= 4:
+                    found = response.coordinators[0]
+                    code, node, message = found.error_code, found.node_id, found.error_message
+                else:
+                    code, node, message = (response.error_code, response.node_id,
+                                           response.error_message)
+                if code == 0:
+                    await self._wait_for_node(node, deadline)
+                    return int(node)
+                err = error_for_code(code)
+                if not err.retriable and ErrorCode.of(code) not in _RELOOKUP | _RETRY:
+                    raise err(f"FindCoordinator({key!r}): {message or err.message}")
+                log.debug("[client %s] FindCoordinator(%r): %s", self._client, key, err.__name__)
+            except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
+                log.debug("[client %s] FindCoordinator(%r): %s", self._client, key, exc)
+            attempt += 1
+            await self._sleep_backoff(attempt, deadline, f"FindCoordinator({key!r})")
+
+    async def _wait_for_node(self, node: int, deadline: float) -> None:
+        """The coordinator is a broker the metadata may not list yet: wait for it."""
+        while node not in self._cluster.view.brokers:
+            self._cluster.request_update()
+            remaining = self._remaining_ms(deadline)
+            if remaining <= 0:
+                raise KafkaTimeoutError(f"coordinator node {node} not in the metadata")
+            await self._cluster.wait_for_update(min(remaining, 1000.0))
+
+    async def _call(self, build: Callable[[BrokerConnection], tuple[Any, int]],
+                    codes: Callable[[Any], list[int]], deadline: float, what: str, *,
+                    group: str | None = None) -> tuple[Any, ErrorCode, int]:
+        """Send to the transaction (or ``group``'s) coordinator until an answer that is not
+        a coordinator hiccup; returns it with its first non-retried error code (or NONE) and
+        the version it was sent with.
+
+        ``build`` makes the request and its version for a connection; ``codes`` lists the
+        error codes in the response. Raises KafkaTimeoutError at ``deadline``.
+        """
+        attempt = 0
+        node: int | None = self._coordinator if group is None else None
+        while True:
+            try:
+                if node is None:
+                    try:
+                        node = await self._find_coordinator(
+                            _GROUP_KEY if group is not None else _TRANSACTION_KEY,
+                            group if group is not None else self.transactional_id, deadline)
+                    except BrokerResponseError as exc:  # e.g. not authorized: no retry helps
+                        return None, ErrorCode.of(exc.code), -1
+                    if group is None:
+                        self._coordinator = node
+                conn = await self._cluster.connection(node, self._bounded_ms(deadline))
+                request, version = build(conn)
+                response = await conn.request(request, version=version,
+                                              timeout_ms=self._bounded_ms(deadline))
+                found = [ErrorCode.of(c) for c in codes(response) if c != 0]
+                worst = next((c for c in found if c not in _RELOOKUP | _RETRY), None)
+                if worst is not None:
+                    return response, worst, version
+                if not found:
+                    return response, ErrorCode.NONE, version
+                if any(c in _RELOOKUP for c in found):
+                    node = None
+                    if group is None:
+                        self._coordinator = None
+                log.debug("[client %s] %s: %s; retrying", self._client, what,
+                          ", ".join(c.name for c in found))
+                if found[0] is ErrorCode.CONCURRENT_TRANSACTIONS and attempt < 3:
+                    attempt += 1
+                    await asyncio.sleep(min(_CONCURRENT_BACKOFF_S,
+                                            max(0.0, deadline - self._clock())))
+                    continue
+            except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
+                # the coordinator went away or did not answer (Tansu closes the connection
+                # instead of answering a fenced EndTxn): look it up again, within the deadline
+                log.debug("[client %s] %s: %s", self._client, what, exc)
+                node = None
+                if group is None:
+                    self._coordinator = None
+            attempt += 1
+            await self._sleep_backoff(attempt, deadline, what)
+
+    def _remaining_ms(self, deadline: float) -> float:
+        return (deadline - self._clock()) * 1000
+
+    def _bounded_ms(self, deadline: float) -> int:
+        """request.timeout.ms, cut to what is left before ``deadline`` (at least 1 ms)."""
+        return max(1, min(self._request_timeout_ms, int(self._remaining_ms(deadline))))
+
+    async def _sleep_backoff(self, attempt: int, deadline: float, what: str) -> None:
+        remaining = deadline - self._clock()
+        if remaining <= 0:
+            raise KafkaTimeoutError(f"{what} did not complete in time ({self._bound_name})")
+        delay = min(self._backoff * 2 ** min(attempt - 1, 4), 1.0, remaining)
+        await asyncio.sleep(delay)
+        if self._clock() >= deadline:
+            raise KafkaTimeoutError(f"{what} did not complete in time ({self._bound_name})")
+
+    #: names the config value bounding the current call, for timeout messages
+    _bound_name = "max.block.ms"
+
+    def _pair(self) -> tuple[int, int]:
+        return self._idem.producer_id, self._idem.producer_epoch
+
+    def _fail_with(self, code: ErrorCode, what: str, *, abortable: bool = False
+                   ) -> BaseException:
+        """Turn a coordinator's error into our state and the error to raise."""
+        if code in _FENCED:
+            error: BaseException = fenced_error(self.transactional_id, code, what)
+            self.become_fatal(error)
+            return error
+        cls = error_for_code(int(code))
+        error = cls(f"{what}: {cls.message}")
+        if abortable and code not in _FATAL:
+            self.become_abortable(error)
+        else:
+            self.become_fatal(error)
+        return error
+
+    # ---- InitProducerId ---------------------------------------------------------------------
+
+    async def initialize(self, deadline: float) -> None:
+        """InitProducerId with the transactional id: fences older instances (and completes or
+        aborts what they left open); on success the producer holds its id and epoch."""
+        self.check_fatal()
+        self.fire(TxnEvent.INIT_STARTED)
+        await self._init_producer_id(deadline, "InitProducerId")
+
+    async def _init_producer_id(self, deadline: float, what: str) -> None:
+        idem = self._idem
+        failed_versions: set[int] = set()
+        try:
+            while True:
+                pid, epoch = idem.init_producer_id_params()
+
+                def build(conn: BrokerConnection, pid: int = pid, epoch: int = epoch
+                          ) -> tuple[Any, int]:
+                    top = conn.version_for(InitProducerIdRequest)
+                    low = max(InitProducerIdRequest.MIN_VERSION,
+                              conn.broker_versions[InitProducerIdRequest.API_KEY][0])
+                    versions = [v for v in range(top, low - 1, -1) if v not in failed_versions]
+                    if pid >= 0:
+                        versions = [v for v in versions if v >= 3]  # KIP-360
+                    version = versions[0] if versions else top
+                    return InitProducerIdRequest(
+                        transactional_id=self.transactional_id,
+                        transaction_timeout_ms=self._timeout_ms,
+                        producer_id=pid, producer_epoch=epoch), version
+
+                response, code, version = await self._call(
+                    build, lambda r: [r.error_code], deadline, what)
+                if code is ErrorCode.NONE:
+                    idem.on_producer_id(response.producer_id, response.producer_epoch)
+                    log.info("[client %s] transactional id %r: producer id %d epoch %d "
+                             "(InitProducerId v%d)", self._client, self.transactional_id,
+                             response.producer_id, response.producer_epoch, version)
+                    self.fire(TxnEvent.INIT_COMPLETED)
+                    return
+                if code not in _FATAL and pid >= 0:
+                    # the broker refused the KIP-360 bump: a fresh InitProducerId for the
+                    # transactional id bumps the epoch just as well
+                    idem.on_bump_unsupported()
+                    continue
+                if code is ErrorCode.UNKNOWN_SERVER_ERROR and version > 0 and \
+                        version not in failed_versions:
+                    failed_versions.add(version)  # Tansu fails some versions: go lower
+                    continue
+                raise self._fail_with(code, what)
+        except KafkaTimeoutError:
+            if self._state is TransactionState.INITIALIZING:
+                idem.on_init_producer_id_failed(KafkaTimeoutError(what))
+                self.fire(TxnEvent.INIT_FAILED)
+            raise
+        except asyncio.CancelledError:
+            if self._state is TransactionState.INITIALIZING:
+                idem.on_init_producer_id_failed(KafkaTimeoutError(f"{what} cancelled"))
+                self.fire(TxnEvent.INIT_FAILED)
+            raise
+
+    # ---- begin / add partitions -------------------------------------------------------------
+
+    def begin(self) -> None:
+        self.check_fatal()
+        self.fire(TxnEvent.BEGIN)
+        self.partitions.clear()
+        self.abortable_error = None
+
+    async def _add_partitions(self) -> None:
+        """AddPartitionsToTxn for what drains found pending, until none is left (KIP-98).
+
+        Bounded: it stops once the transaction is no longer open or sendable; the batches
+        waiting for it expire at delivery.timeout.ms, which makes the transaction abortable.
+        """
+        parts = self.partitions
+        while parts.pending and self._state in (TransactionState.IN_TRANSACTION,
+                                                TransactionState.COMMITTING):
+            taken = parts.take_pending()
+            try:
+                ok = await self._add_once(taken)
+            except BaseException:
+                parts.on_not_added(taken)
+                raise
+            if ok:
+                parts.on_added(taken)
+                self._wakeup()
+            else:
+                parts.on_not_added(taken)
+                if self._state in (TransactionState.IN_TRANSACTION,
+                                   TransactionState.COMMITTING):
+                    await asyncio.sleep(self._backoff)
+
+    async def _add_once(self, taken: list[tuple[str, int]]) -> bool:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in taken:
+            by_topic.setdefault(topic, []).append(partition)
+        pid, epoch = self._pair()
+        topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=p)
+                  for t, p in by_topic.items()]
+
+        def build(conn: BrokerConnection) -> tuple[Any, int]:
+            version = conn.version_for(AddPartitionsToTxnRequest,
+                                       max_version=_ADD_PARTITIONS_CLIENT_MAX)
+            return AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=topics), version
+
+        def codes(response: Any) -> list[int]:
+            return [p.partition_error_code for t in response.results_by_topic_v3_and_below
+                    for p in t.results_by_partition] or [response.error_code]
+
+        self.add_partitions_requests += 1
+        what = f"AddPartitionsToTxn({len(taken)} partitions)"
+        # the batches waiting for these partitions bound the retries (delivery.timeout.ms)
+        deadline = self._clock() + self._request_timeout_ms / 1000 * 2
+        try:
+            _, code, _v = await self._call(build, codes, deadline, what)
+        except KafkaTimeoutError as exc:
+            log.debug("[client %s] %s: %s; will ask again", self._client, what, exc)
+            return False
+        if code is ErrorCode.NONE:
+            log.debug("[client %s] added to the transaction: %s", self._client, taken)
+            return True
+        abortable = code in (ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                             ErrorCode.TRANSACTION_ABORTABLE, ErrorCode.UNKNOWN_PRODUCER_ID,
+                             ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        self._fail_with(code, what, abortable=abortable)
+        return False
+
+    # ---- offsets ----------------------------------------------------------------------------
+
+    async def send_offsets(self, offsets: Mapping[tuple[str, int], int],
+                           group: str | ConsumerGroupMetadata, deadline: float) -> None:
+        """AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit to the
+        group's coordinator: the offsets commit or abort with the transaction (KIP-98)."""
+        meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(
+            group)
+        self._check_open("send_offsets_to_transaction()")
+        group_id = meta.group_id
+        if group_id not in self.partitions.offsets_added:
+            pid, epoch = self._pair()
+
+            def build_add(conn: BrokerConnection) -> tuple[Any, int]:
+                return AddOffsetsToTxnRequest(
+                    transactional_id=self.transactional_id, producer_id=pid,
+                    producer_epoch=epoch, group_id=group_id), \
+                    conn.version_for(AddOffsetsToTxnRequest)
+
+            what = f"AddOffsetsToTxn(group {group_id!r})"
+            _, code, _v = await self._call(build_add, lambda r: [r.error_code], deadline, what)
+            if code is not ErrorCode.NONE:
+                raise self._fail_with(code, what, abortable=code in (
+                    ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TRANSACTION_ABORTABLE,
+                    ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_ID_MAPPING))
+            self.partitions.offsets_added.add(group_id)
+        by_topic: dict[str, list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                    partition_index=partition, committed_offset=offset,
+                    committed_metadata=""))
+        pid, epoch = self._pair()
+
+        def build_commit(conn: BrokerConnection) -> tuple[Any, int]:
+            return TxnOffsetCommitRequest(
+                transactional_id=self.transactional_id, group_id=group_id, producer_id=pid,
+                producer_epoch=epoch, generation_id=meta.generation_id,
+                member_id=meta.member_id, group_instance_id=meta.group_instance_id,
+                topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=t, partitions=p)
+                        for t, p in by_topic.items()]), \
+                conn.version_for(TxnOffsetCommitRequest, max_version=_TXN_OFFSET_COMMIT_V1_MAX)
+
+        def codes(response: Any) -> list[int]:
+            return [p.error_code for t in response.topics for p in t.partitions]
+
+        what = f"TxnOffsetCommit(group {group_id!r}, {len(offsets)} partitions)"
+        _, code, _v = await self._call(build_commit, codes, deadline, what, group=group_id)
+        if code is not ErrorCode.NONE:
+            raise self._fail_with(code, what, abortable=code not in _FATAL)
+
+    def _check_open(self, call: str) -> None:
+        """Raise what stops ``call``: fatal, abortable, or no transaction open."""
+        self.check_fatal()
+        if self._state is TransactionState.ABORTABLE_ERROR:
+            raise TransactionAbortableError(
+                f"{call}: the transaction must be aborted: {self.abortable_error}")
+        if self._state is not TransactionState.IN_TRANSACTION:
+            raise IllegalStateError(f"{call} is not allowed in state {self._state.name}: "
+                                    f"call begin_transaction() first")
+
+    # ---- EndTxn -----------------------------------------------------------------------------
+
+    async def wait_for_adds(self, deadline: float) -> None:
+        """No AddPartitionsToTxn may reach the coordinator after EndTxn: wait for it."""
+        task = self._add_task
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=max(0.0, deadline - self._clock()))
+            if not task.done():
+                raise KafkaTimeoutError("AddPartitionsToTxn still under way (max.block.ms)")
+
+    async def end(self, commit: bool, deadline: float) -> None:
+        """EndTxn(commit or abort), if the coordinator knows of this transaction, then the
+        epoch bump an abort may need; the state becomes READY."""
+        what = f"EndTxn({'commit' if commit else 'abort'})"
+        if self.partitions.started:
+            pid, epoch = self._pair()
+
+            def build(conn: BrokerConnection) -> tuple[Any, int]:
+                return EndTxnRequest(
+                    transactional_id=self.transactional_id, producer_id=pid,
+                    producer_epoch=epoch, committed=commit), \
+                    conn.version_for(EndTxnRequest, max_version=_END_TXN_V1_MAX)
+
+            _, code, _v = await self._call(build, lambda r: [r.error_code], deadline, what)
+            if code is not ErrorCode.NONE:
+                abortable = commit and code in (ErrorCode.TRANSACTION_ABORTABLE,
+                                                ErrorCode.UNKNOWN_PRODUCER_ID,
+                                                ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+                raise self._fail_with(code, what, abortable=abortable)
+        self.partitions.clear()
+        if commit:
+            self.transactions_committed += 1
+        else:
+            self.transactions_aborted += 1
+        if not commit:
+            self._idem.maintain()  # unresolved sequences left by the abort ask for a bump
+            if self._idem.state is not ProducerIdState.READY:
+                self.fire(TxnEvent.EPOCH_BUMP_STARTED)
+                await self._init_producer_id(deadline, "InitProducerId (epoch bump)")
+                return
+        self.abortable_error = None
+        self.fire(TxnEvent.END_COMPLETED)
+

@@ -1,0 +1,166 @@
+"""Transactions against Apache Kafka, the reference (KIP-98, KIP-447).
+
+confluent-kafka reads back at read_committed and read_uncommitted: committed records visible
+exactly once, aborted ones never to read_committed (but to read_uncommitted, which proves they
+were written and hidden by the markers), a fenced producer's open transaction never visible;
+offsets sent to the transaction are what the group has committed afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CTopicPartition
+
+from aiokprod import Producer
+from aiokprod.errors import IllegalStateError, KafkaError, ProducerFencedError
+from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState
+from support.kafka_cluster import KafkaCluster
+from support.reader import read_back
+
+
+def _txn_id() -> str:
+    return f"aiokprod-test-{uuid.uuid4().hex[:8]}"
+
+
+def _producer(kafka: KafkaCluster, transactional_id: str, **config: object) -> Producer:
+    config.setdefault("linger_ms", 2)
+    config.setdefault("max_block_ms", 20000)
+    return Producer(bootstrap_servers=kafka.bootstrap, transactional_id=transactional_id,
+                    **config)
+
+
+def _values(records: list[object]) -> list[bytes]:
+    return sorted(r.value for r in records)  # type: ignore[attr-defined]
+
+
+async def test_committed_records_are_visible_exactly_once_and_aborted_ones_only_uncommitted(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    topic = kafka_topic(partitions=3)
+    async with _producer(kafka, _txn_id()) as producer:
+        assert producer._txn is not None
+        assert producer._txn.state is TransactionState.READY
+        async with producer.transaction():
+            for i in range(30):
+                await producer.send(topic, f"c1-{i}".encode(), key=str(i).encode())
+        producer.begin_transaction()
+        futures = [await producer.send(topic, f"a-{i}".encode(), key=str(i).encode())
+                   for i in range(20)]
+        await asyncio.gather(*futures)  # written to the log, then aborted
+        await producer.abort_transaction()
+        with pytest.raises(RuntimeError, match="boom"):
+            async with producer.transaction():
+                await producer.send_many(topic, [f"x-{i}".encode() for i in range(10)])
+                raise RuntimeError("boom")
+        async with producer.transaction():
+            await producer.send_many(topic, [f"c2-{i}".encode() for i in range(10)])
+        assert producer._txn.transactions_committed == 2
+        assert producer._txn.transactions_aborted == 2
+        metrics = producer.metrics()
+    committed = {f"c1-{i}".encode() for i in range(30)} | {f"c2-{i}".encode()
+                                                            for i in range(10)}
+    records = read_back(kafka.bootstrap, topic, expected=40, settle=1.0,
+                        isolation_level="read_committed")
+    assert _values(records) == sorted(committed)  # exactly once, no aborted record
+    # the "boom" transaction's records may or may not have left before the abort failed them
+    uncommitted = read_back(kafka.bootstrap, topic, expected=60, settle=0.5, timeout=10,
+                            isolation_level="read_uncommitted")
+    aborted = {f"a-{i}".encode() for i in range(20)}
+    assert aborted <= {r.value for r in uncommitted}
+    assert metrics["producer-metrics:txn-commit-time-ns-total"] > 0
+    assert metrics["producer-metrics:txn-abort-time-ns-total"] > 0
+    assert metrics["producer-metrics:txn-init-time-ns-total"] > 0
+
+
+async def test_send_outside_a_transaction_raises_at_once(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    topic = kafka_topic()
+    async with _producer(kafka, _txn_id()) as producer:
+        with pytest.raises(IllegalStateError, match="begin_transaction"):
+            await producer.send(topic, b"x")
+        with pytest.raises(IllegalStateError, match="begin_transaction"):
+            await producer.send_many(topic, [b"x"])
+        with pytest.raises(IllegalStateError, match="commit_transaction"):
+            await producer.commit_transaction()
+        producer.begin_transaction()
+        with pytest.raises(IllegalStateError, match="begin_transaction"):
+            producer.begin_transaction()
+        await producer.abort_transaction()  # nothing was added: no EndTxn needed
+        assert producer._acc is not None and not producer._acc.has_incomplete()
+
+
+async def test_a_second_producer_with_the_same_id_fences_the_first(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    topic = kafka_topic(partitions=2)
+    txn_id = _txn_id()
+    first = _producer(kafka, txn_id)
+    await first.start()
+    try:
+        first.begin_transaction()
+        delivered = [await first.send(topic, f"zombie-{i}".encode()) for i in range(10)]
+        await asyncio.gather(*delivered)  # written, in an open transaction
+        async with _producer(kafka, txn_id) as second:  # fences the first, aborts its txn
+            async with second.transaction():
+                await second.send(topic, b"from-the-second")
+            with pytest.raises(ProducerFencedError, match="Close this producer and create a new"):
+                await first.commit_transaction()
+            assert first._txn is not None
+            assert first._txn.state is TransactionState.FATAL_ERROR
+            with pytest.raises(ProducerFencedError):
+                await first.send(topic, b"after")
+            with pytest.raises(ProducerFencedError):
+                await first.abort_transaction()  # final: no request, at once
+            async with second.transaction():
+                await second.send(topic, b"second-again")
+    finally:
+        await first.close(timeout=5)
+    records = read_back(kafka.bootstrap, topic, expected=2, settle=1.0,
+                        isolation_level="read_committed")
+    assert _values(records) == [b"from-the-second", b"second-again"]
+    uncommitted = read_back(kafka.bootstrap, topic, expected=12, settle=0.5,
+                            isolation_level="read_uncommitted")
+    assert len([r for r in uncommitted if r.value.startswith(b"zombie-")]) == 10
+
+
+async def test_offsets_sent_to_the_transaction_are_committed_with_it(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    source, sink = kafka_topic(partitions=2), kafka_topic()
+    group = f"aiokprod-group-{uuid.uuid4().hex[:8]}"
+    async with _producer(kafka, _txn_id()) as producer:
+        async with producer.transaction():
+            await producer.send(sink, b"out-1")
+            await producer.send_offsets_to_transaction({(source, 0): 5, (source, 1): 7}, group)
+        producer.begin_transaction()
+        await producer.send(sink, b"aborted")
+        await producer.send_offsets_to_transaction({(source, 0): 99},
+                                                   ConsumerGroupMetadata(group))
+        await producer.abort_transaction()
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "log_level": 3})
+    try:
+        committed = consumer.committed([CTopicPartition(source, 0), CTopicPartition(source, 1)],
+                                       timeout=10)
+    finally:
+        consumer.close()
+    assert sorted((tp.partition, tp.offset) for tp in committed) == [(0, 5), (1, 7)]
+    records = read_back(kafka.bootstrap, sink, expected=1, settle=0.5)
+    assert _values(records) == [b"out-1"]
+
+
+async def test_send_offsets_outside_a_transaction_is_illegal(kafka: KafkaCluster) -> None:
+    async with _producer(kafka, _txn_id()) as producer:
+        with pytest.raises(IllegalStateError, match="begin_transaction"):
+            await producer.send_offsets_to_transaction({("t", 0): 1}, "g")
+        with pytest.raises(ValueError, match="group"):
+            producer.begin_transaction()
+            await producer.send_offsets_to_transaction({("t", 0): 1}, "")
+        await producer.abort_transaction()
+    assert issubclass(ProducerFencedError, KafkaError)

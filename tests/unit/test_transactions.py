@@ -1,0 +1,137 @@
+"""The transaction state table: every transition, every illegal pair, and the partition
+bookkeeping that keeps a partition's batches back until it joined the transaction."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from aiokprod.errors import IllegalStateError
+from aiokprod.producer.transactions import (
+    TRANSITIONS,
+    ConsumerGroupMetadata,
+    PartitionsInTransaction,
+    TransactionState,
+    TxnEvent,
+    next_state,
+)
+
+S, E = TransactionState, TxnEvent
+
+# the table written out by hand, so a change to TRANSITIONS must change this too
+EXPECTED: dict[tuple[TransactionState, TxnEvent], TransactionState] = {
+    (S.UNINITIALIZED, E.INIT_STARTED): S.INITIALIZING,
+    (S.INITIALIZING, E.INIT_COMPLETED): S.READY,
+    (S.INITIALIZING, E.INIT_FAILED): S.UNINITIALIZED,
+    (S.READY, E.BEGIN): S.IN_TRANSACTION,
+    (S.IN_TRANSACTION, E.COMMIT_STARTED): S.COMMITTING,
+    (S.COMMITTING, E.COMMIT_STARTED): S.COMMITTING,
+    (S.IN_TRANSACTION, E.ABORT_STARTED): S.ABORTING,
+    (S.ABORTABLE_ERROR, E.ABORT_STARTED): S.ABORTING,
+    (S.ABORTING, E.ABORT_STARTED): S.ABORTING,
+    (S.COMMITTING, E.END_COMPLETED): S.READY,
+    (S.ABORTING, E.END_COMPLETED): S.READY,
+    (S.ABORTING, E.EPOCH_BUMP_STARTED): S.INITIALIZING,
+    (S.IN_TRANSACTION, E.ABORTABLE_ERROR): S.ABORTABLE_ERROR,
+    (S.COMMITTING, E.ABORTABLE_ERROR): S.ABORTABLE_ERROR,
+    (S.ABORTABLE_ERROR, E.ABORTABLE_ERROR): S.ABORTABLE_ERROR,
+    **{(state, E.FATAL_ERROR): S.FATAL_ERROR for state in TransactionState},
+}
+
+
+@pytest.mark.parametrize(("state", "event"), sorted(EXPECTED, key=str))
+def test_every_transition_of_the_table(state: TransactionState, event: TxnEvent) -> None:
+    assert next_state(state, event) is EXPECTED[(state, event)]
+    assert TRANSITIONS[(state, event)].rule  # each rule says where it comes from
+
+
+def test_the_table_holds_exactly_the_expected_transitions() -> None:
+    assert {k: v.target for k, v in TRANSITIONS.items()} == EXPECTED
+
+
+ILLEGAL = [pair for pair in itertools.product(TransactionState, TxnEvent)
+           if pair not in EXPECTED]
+
+
+@pytest.mark.parametrize(("state", "event"), ILLEGAL, ids=lambda x: x.name)
+def test_every_pair_the_table_does_not_list_is_illegal(state: TransactionState,
+                                                       event: TxnEvent) -> None:
+    with pytest.raises(IllegalStateError, match=state.name):
+        next_state(state, event)
+
+
+@pytest.mark.parametrize(("state", "call"), [
+    (S.UNINITIALIZED, "begin_transaction()"),  # start() did not finish
+    (S.IN_TRANSACTION, "begin_transaction()"),  # no nested transactions
+    (S.READY, "commit_transaction()"),  # nothing begun
+    (S.ABORTABLE_ERROR, "commit_transaction()"),  # must abort
+    (S.ABORTING, "commit_transaction()"),
+    (S.READY, "abort_transaction()"),
+    (S.COMMITTING, "abort_transaction()"),  # a commit under way is only resumed
+    (S.FATAL_ERROR, "begin_transaction()"),
+    (S.READY, "initializing transactions"),
+])
+def test_illegal_calls_name_the_call_and_the_state(state: TransactionState, call: str) -> None:
+    event = {"begin_transaction()": E.BEGIN, "commit_transaction()": E.COMMIT_STARTED,
+             "abort_transaction()": E.ABORT_STARTED,
+             "initializing transactions": E.INIT_STARTED}[call]
+    with pytest.raises(IllegalStateError) as info:
+        next_state(state, event)
+    assert call in str(info.value) and state.name in str(info.value)
+
+
+def test_a_whole_life_commit_abort_and_the_epoch_bump_after_an_abort() -> None:
+    state = S.UNINITIALIZED
+    for event in (E.INIT_STARTED, E.INIT_COMPLETED, E.BEGIN, E.COMMIT_STARTED,
+                  E.END_COMPLETED, E.BEGIN, E.ABORTABLE_ERROR, E.ABORT_STARTED,
+                  E.EPOCH_BUMP_STARTED, E.INIT_COMPLETED, E.BEGIN, E.ABORT_STARTED,
+                  E.END_COMPLETED):
+        state = next_state(state, event)
+    assert state is S.READY
+    assert next_state(state, E.FATAL_ERROR) is S.FATAL_ERROR
+
+
+def test_fatal_is_final() -> None:
+    for event in TxnEvent:
+        if event is E.FATAL_ERROR:
+            assert next_state(S.FATAL_ERROR, event) is S.FATAL_ERROR
+        else:
+            with pytest.raises(IllegalStateError):
+                next_state(S.FATAL_ERROR, event)
+
+
+def test_a_partition_waits_until_added_and_is_asked_for_once_per_drain() -> None:
+    parts = PartitionsInTransaction()
+    assert not parts.started
+    # a drain sees three batches of two partitions: both pending, none sendable
+    assert not parts.may_send(("t", 0))
+    assert not parts.may_send(("t", 0))
+    assert not parts.may_send(("t", 1))
+    assert parts.take_pending() == [("t", 0), ("t", 1)]  # one request for both
+    assert parts.started
+    # while the request is on the wire they are neither sendable nor asked for again
+    assert not parts.may_send(("t", 0))
+    assert parts.pending == set()
+    parts.on_added([("t", 0)])
+    parts.on_not_added([("t", 1)])  # e.g. CONCURRENT_TRANSACTIONS: asked again next time
+    assert parts.may_send(("t", 0))
+    assert not parts.may_send(("t", 1))
+    assert parts.take_pending() == [("t", 1)]
+    parts.on_added([("t", 1)])
+    assert parts.may_send(("t", 1))
+    parts.clear()  # the transaction ended: the next one adds its partitions again
+    assert not parts.started
+    assert not parts.may_send(("t", 0))
+
+
+def test_offsets_alone_start_a_transaction_on_the_coordinator() -> None:
+    parts = PartitionsInTransaction()
+    parts.offsets_added.add("group")
+    assert parts.started  # EndTxn is needed although no partition was added
+    assert "groups=1" in repr(parts)
+
+
+def test_consumer_group_metadata_defaults_are_those_of_a_plain_group_id() -> None:
+    meta = ConsumerGroupMetadata("g")
+    assert (meta.generation_id, meta.member_id, meta.group_instance_id) == (-1, "", None)
