@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -73,6 +74,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _TAIL_LINES = 60
+_PORT_ATTEMPTS = 3
 # Small heaps and a quick JIT: start-up time matters more in tests than peak throughput, and
 # several JVMs share 2 cores. Serial GC keeps the thread count (and idle CPU) down.
 DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
@@ -229,6 +231,8 @@ class _Node:
     process: subprocess.Popen[bytes] | None = None
     # Seconds from exec to ready, per start of this node (restarts append).
     start_seconds: list[float] = field(default_factory=list)
+    # Monotonic time of the last exec, until that start was seen ready.
+    launched_at: float | None = None
     last_returncode: int | None = None
 
     @property
@@ -319,13 +323,43 @@ class KafkaCluster:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> KafkaCluster:
-        """Format every node's storage, start them all, wait until Metadata lists them all."""
+        """Format every node's storage, start them all, wait until Metadata lists them all.
+
+        Ports are picked free and then released, so another process can take one before a
+        node binds it: a node that fails to bind makes the whole start retry on fresh ports
+        (up to 3 attempts); any other failure raises KafkaClusterError with the log tail.
+        """
         if self._nodes:
             raise KafkaClusterError(f"{self!r} was already started")
         started = time.monotonic()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         if self.security is not None:
             self.tls = make_tls_material(self.work_dir / "tls")
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            try:
+                self._start_once(started + self.startup_timeout)
+                break
+            except KafkaClusterError as exc:
+                lost_race = "Address already in use" in str(exc) and attempt < _PORT_ATTEMPTS
+                self.keep_logs = not lost_race
+                self.stop()
+                if not lost_race:
+                    raise
+                logger.info("kafka: a port was taken before a node bound it; retrying")
+                for node in self._nodes.values():
+                    shutil.rmtree(node.directory, ignore_errors=True)
+                self._nodes.clear()
+                self.keep_logs = False
+            except BaseException:
+                self.keep_logs = True
+                self.stop()
+                raise
+        self.startup_seconds = time.monotonic() - started
+        logger.info("kafka: %d node(s) ready in %.1fs at %s", self.brokers,
+                    self.startup_seconds, self.bootstrap)
+        return self
+
+    def _start_once(self, deadline: float) -> None:
         listeners = ["CONTROLLER", "INTERNAL", "PLAINTEXT"]
         if self.security is not None:
             listeners += SECURE_LISTENERS
@@ -337,23 +371,13 @@ class KafkaCluster:
                 advertised["PLAINTEXT"] = self._advertised_ports[node_id]
             self._nodes[node_id] = _Node(node_id, self.work_dir / f"node-{node_id}",
                                          node_ports, advertised)
-        try:
-            for node in self._nodes.values():
-                self._write_config(node)
-            self._format_all()
-            for node in self._nodes.values():
-                self._launch(node)
-            deadline = started + self.startup_timeout
-            for node in self._nodes.values():
-                self._wait_ready(node, deadline)
-        except BaseException:
-            self.keep_logs = True
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
-        logger.info("kafka: %d node(s) ready in %.1fs at %s", self.brokers,
-                    self.startup_seconds, self.bootstrap)
-        return self
+        for node in self._nodes.values():
+            self._write_config(node)
+        self._format_all()
+        for node in self._nodes.values():
+            self._launch(node)
+        for node in self._nodes.values():
+            self._wait_ready(node, deadline)
 
     def stop(self) -> None:
         """End every node by PID: SIGTERM together, SIGKILL what is left after ``stop_grace``.
@@ -593,7 +617,7 @@ class KafkaCluster:
             node.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                             stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
-        node.start_seconds.append(-time.monotonic())
+        node.launched_at = time.monotonic()
         logger.info("kafka: node %d pid %d (dir %s)", node.node_id, node.process.pid,
                     node.directory)
 
@@ -626,16 +650,48 @@ class KafkaCluster:
                 seen = {b.node_id for b in response.brokers}
                 if response.cluster_id != self.cluster_id:
                     last_problem = f"port answered by cluster {response.cluster_id!r}"
-                elif expected <= seen:
-                    if node.start_seconds and node.start_seconds[-1] < 0:
-                        node.start_seconds[-1] += time.monotonic()
+                elif not expected <= seen:
+                    last_problem = f"metadata lists nodes {sorted(seen)}, want {sorted(expected)}"
+                elif (problem := self._client_listeners_problem(node, remaining)) is not None:
+                    last_problem = problem
+                else:
+                    if node.launched_at is not None:
+                        node.start_seconds.append(time.monotonic() - node.launched_at)
+                        node.launched_at = None
                     if not self.api_versions:
                         self.api_versions = versions
                     return
-                else:
-                    last_problem = f"metadata lists nodes {sorted(seen)}, want {sorted(expected)}"
             # a probe round trip, not a blind sleep: the broker is asked again shortly
             time.sleep(0.05)
+
+    def _client_listeners_problem(self, node: _Node, remaining: float) -> str | None:
+        """Why a client listener of ``node`` does not serve yet, or None.
+
+        Kafka opens the inter-broker listener first and the client listeners a moment later;
+        a client listener whose port another process took never opens at all (the node then
+        exits), while that process may well accept the TCP connection. So each listener must
+        speak: ApiVersions on the plaintext ones (allowed before SASL), a TLS handshake with
+        our server certificate on the SSL ones.
+        """
+        timeout = max(0.1, min(2.0, remaining))
+        for name, port in node.ports.items():
+            if name in ("CONTROLLER", "INTERNAL"):
+                continue
+            try:
+                if name in ("SSL", "SASL_SSL"):
+                    self._tls_handshake(port, timeout)
+                else:
+                    self._api_versions(port, timeout)
+            except (_WireError, OSError) as exc:
+                return f"listener {name} on port {port}: {exc}"
+        return None
+
+    def _tls_handshake(self, port: int, timeout: float) -> None:
+        assert self.tls is not None
+        context = ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw, \
+                context.wrap_socket(raw, server_hostname="127.0.0.1"):
+            pass
 
     @staticmethod
     def _api_versions(port: int, timeout: float) -> dict[int, tuple[int, int]]:
@@ -677,7 +733,7 @@ class KafkaCluster:
 
     def start_seconds(self, node_id: int) -> list[float]:
         """Seconds from exec to ready, for each start of ``node_id``."""
-        return [s for s in self._node(node_id).start_seconds if s >= 0]
+        return list(self._node(node_id).start_seconds)
 
     def log_dir(self, node_id: int) -> Path:
         return self._node(node_id).directory
