@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo kafka lint typecheck unit gen bench clean
+.PHONY: test demo kafka lint typecheck unit gen docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,9 +29,14 @@ kafka: $(STAMP)
 gen: $(STAMP)
 	$(PY) tools/gen_protocol.py
 
+# The documentation site (mkdocs.yml) into site/; --strict: a broken link, a page left out of the
+# nav or a docstring that does not render fails it. `$(VENV)/bin/mkdocs serve` previews it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache

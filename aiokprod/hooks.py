@@ -1,9 +1,9 @@
 """What users plug into the producer, as typed interfaces: serializers, a partitioner and
 interceptors (``ProducerConfig(key_serializer=..., partitioner=..., interceptors=[...])``).
 
-They are :class:`typing.Protocol`\\ s, so nothing has to inherit from them: a plain function is a
-:class:`Serializer` or a :class:`Partitioner` when its signature fits, and any object with the
-two methods is a :class:`ProducerInterceptor`. They exist so that a type checker can tell a user
+They are ``typing.Protocol`` classes, so nothing has to inherit from them: a plain function is a
+``Serializer`` or a ``Partitioner`` when its signature fits, and any object with the
+two methods is a ``ProducerInterceptor``. They exist so that a type checker can tell a user
 that a hook does not fit before the producer calls it, and so that one page documents what each
 hook receives and must return. The parameters are positional-only: the producer passes them by
 position, so a hook may name them as it likes.
@@ -87,7 +87,7 @@ class ProducerInterceptor(Protocol):
         /,
     ) -> SendArgs | None:
         """Called by ``send()`` before serialization with the record as given; return
-        ``None`` to keep it, or a replacement :data:`SendArgs` tuple that the next interceptor
+        ``None`` to keep it, or a replacement ``SendArgs`` tuple that the next interceptor
         (and then the producer) receives."""
 
     def on_acknowledgement(
