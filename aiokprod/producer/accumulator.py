@@ -351,6 +351,12 @@ class RecordAccumulator:
             self._nodes_cache = None
         return queue
 
+    def queued_batches(self, topic: str, partition: int) -> list[ProducerBatch]:
+        """The partition's queued batches, head first (for tests and diagnostics)."""
+        parts = self._queues.get(topic)
+        queue = parts.get(partition) if parts is not None else None
+        return [] if queue is None else list(queue.batches)
+
     def queue_sizes(self, topic: str) -> dict[int, int]:
         """Batches queued per partition: the adaptive partitioner's load signal (KIP-794)."""
         parts = self._queues.get(topic)

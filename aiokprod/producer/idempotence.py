@@ -177,6 +177,8 @@ class IdempotenceStatistics:
     resolved_batches: int  # ... and were then proved written by a later success
     # InitProducerId answers repeating the id and epoch we held: the broker lost our state
     broker_state_losses: int = 0
+    # producer id/epoch assignments so far (InitProducerId answers, local bumps)
+    generation: int = 0
 
 
 class IdempotenceManager:
@@ -547,6 +549,23 @@ class IdempotenceManager:
         if p.unresolved:
             self.check_unresolved(p)
 
+    def duplicate_is_success(self, batch: SequencedBatch) -> bool:
+        """DUPLICATE_SEQUENCE_NUMBER for ``batch``: are these records really written?
+
+        The broker says it already holds these sequences. That is this batch only if an
+        earlier attempt under its current numbering may have been written (an ambiguous
+        answer: a lost response, a timeout). A batch never sent ambiguously since it was
+        numbered cannot be a duplicate of itself: its sequences collide with something else
+        the broker holds, such as a batch from before a reset, under the same id and epoch,
+        that expired on the wire and was written late by a broker that handed the same pair
+        out again (Tansu after a restart). Calling that a success would report records written
+        that are not; the sender handles it as OUT_OF_ORDER_SEQUENCE_NUMBER instead, which
+        resets the numbering once no earlier batch is held. An untracked batch (it expired)
+        only resolves, as a success does.
+        """
+        entry = self.partition_state(batch).entry_for(batch)
+        return entry is None or entry.possibly_written
+
     @staticmethod
     def _speaks_of_current_numbering(p: PartitionSequenceState, entry: InFlightEntry | None,
                                      batch: SequencedBatch) -> bool:
@@ -732,7 +751,7 @@ class IdempotenceManager:
             sequence_resets=self._sequence_resets, retries=self._retries_done,
             splits=self._splits, unresolved_batches=self._unresolved_total,
             resolved_batches=self._resolved_total,
-            broker_state_losses=self._broker_state_losses)
+            broker_state_losses=self._broker_state_losses, generation=self._generation)
 
     def __repr__(self) -> str:
         s = self.statistics()

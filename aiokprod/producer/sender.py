@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _NONE = 0
 _DUPLICATE_SEQUENCE_NUMBER = 46
+_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 _NETWORK_EXCEPTION = 13
 _REQUEST_TIMED_OUT = 7
 _MESSAGE_TOO_LARGE = 10
@@ -525,8 +526,12 @@ class Sender:
             self._complete(batch, p.base_offset, p.log_append_time_ms)
             return
         if code == _DUPLICATE_SEQUENCE_NUMBER and idem is not None:
-            self._complete(batch, -1, p.log_append_time_ms, duplicate=True)
-            return
+            if idem.duplicate_is_success(batch):
+                self._complete(batch, -1, p.log_append_time_ms, duplicate=True)
+                return
+            # never sent ambiguously under these sequences: not our batch the broker holds,
+            # but a collision with an older one (see duplicate_is_success); a gap, in effect
+            code = _OUT_OF_ORDER_SEQUENCE_NUMBER
         leader = getattr(p, "current_leader", None)
         if leader is not None and leader.leader_id >= 0:
             self._cluster.apply_leader_hint(TopicPartition(batch.topic, batch.partition),

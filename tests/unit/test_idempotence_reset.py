@@ -169,3 +169,22 @@ def test_late_success_from_before_a_same_pair_reset_does_not_count() -> None:
     assert p.last_acked_sequence == -1
     m.on_success(old[3], base_offset=0)
     assert p.last_acked_sequence == 0
+
+
+def test_duplicate_is_a_success_only_after_an_ambiguous_attempt() -> None:
+    """A first attempt answered DUPLICATE_SEQUENCE_NUMBER collides with another batch of the
+    same sequences (one from before a same-pair reset, written late); after a lost response
+    it is this batch, written by the earlier attempt."""
+    m = kip360_manager()
+    first, second = Batch(), Batch()
+    send(m, first, second)
+    assert not m.duplicate_is_success(first)  # never sent ambiguously: a collision
+    assert retry(m, second, E.NETWORK_EXCEPTION) is Action.RETRY  # response lost
+    m.on_success(first, base_offset=0)
+    send(m, second)
+    assert m.duplicate_is_success(second)
+    m.on_success(second, base_offset=-1, duplicate=True)
+    expired = Batch()
+    send(m, expired)
+    m.on_delivery_timeout(expired, possibly_written=True)
+    assert m.duplicate_is_success(expired)  # untracked: its late answer only resolves

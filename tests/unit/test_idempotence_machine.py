@@ -1,0 +1,499 @@
+"""A stateful property test of the REAL RecordAccumulator + IdempotenceManager (issue 8).
+
+Nothing of the producer is modelled: records are appended with ``try_append``, drained with
+the accumulator's ``drain`` gated by ``IdempotenceManager.can_send``/``assign_sequence``,
+and every answer goes through ``retry_policy.classify`` and ``IdempotenceManager.on_error``
+exactly as ``Sender`` does (``_handle_error``, ``_complete``, ``_retry``, ``_expire`` and
+``_init_producer_id`` are mirrored line for line in :class:`Harness`). Only the broker is
+simulated: one log per partition applying Kafka's sequence checks, an InitProducerId that
+refuses KIP-360 bumps (as Tansu does), and a restart that forgets every producer, every record
+and its producer-id counter, so the next InitProducerId hands out the same id and epoch again.
+
+Rules interleave sends, drains, broker answers (lost responses, dropped requests, NOT_LEADER,
+timeouts after the write), delivery timeouts, restarts and partitions moved next to the
+int32 sequence wrap. Checked after every step:
+
+* per partition and producer id/epoch, sequences follow the order records were appended in,
+  and no sequence is ever sent with two different sets of records (no duplicate sequence under
+  one epoch);
+* the first batch of a new producer-id generation starts at sequence 0;
+* the accumulator's queue holds a partition's retries in the order idempotence holds them;
+* the broker's log holds no record twice and keeps each partition's append order;
+* at the end, with faults gone, every appended record is acknowledged or failed with an
+  error, and every record acknowledged since the last restart is in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import deque
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from aiokprod._error_codes import ErrorCode
+from aiokprod.errors import KafkaError, KafkaTimeoutError
+from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
+from aiokprod.producer.accumulator import RecordAccumulator
+from aiokprod.producer.batch import ProducerBatch, RecordMetadata
+from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.retry_policy import classify
+from aiokprod.producer.sequences import (
+    MAX_SEQUENCE,
+    increment_sequence,
+    last_sequence,
+    sequence_precedes,
+)
+
+E = ErrorCode
+TOPIC = "t"
+PARTITIONS = (0, 1)
+NODE = 1
+DELIVERY_TIMEOUT_MS = 30_000
+BATCH_SIZE = 256  # two 100-byte records per batch at most: many batches, many sequences
+FAULTS = ("ok", "ok", "ok", "lost_response", "dropped", "not_leader", "timed_out_after_write")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# ---- the simulated broker ------------------------------------------------------------------
+
+
+@dataclass
+class _ProducerEntry:
+    epoch: int
+    last_seq: int = -1
+    retained: deque[tuple[int, int, int]] = field(default_factory=deque)  # (first, last, offset)
+
+
+class SimPartition:
+    """One partition's leader: Kafka's four producer-state checks, five batches retained."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, _ProducerEntry] = {}
+        self.log: list[int] = []
+
+    def append(self, pid: int, epoch: int, base: int, records: list[int], *,
+               handed_out: bool) -> tuple[int, int]:
+        if not handed_out:
+            # Tansu refuses any write under an id it has not handed out (even at sequence 0);
+            # a broker that accepted it and then handed the id out as new could not be
+            # de-duplicated by any client
+            return E.UNKNOWN_PRODUCER_ID, -1
+        last = last_sequence(base, len(records))
+        entry = self.producers.get(pid)
+        if entry is not None and entry.epoch == epoch:  # a batch it remembers
+            for first, end, offset in entry.retained:
+                if (first, end) == (base, last):
+                    return E.DUPLICATE_SEQUENCE_NUMBER, offset
+        if entry is None:
+            if base != 0:
+                return E.UNKNOWN_PRODUCER_ID, -1
+            entry = self.producers[pid] = _ProducerEntry(epoch)
+        elif epoch > entry.epoch:
+            if base != 0:
+                return E.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+            entry.epoch, entry.last_seq = epoch, -1
+            entry.retained.clear()
+        elif epoch < entry.epoch:
+            return E.INVALID_PRODUCER_EPOCH, -1
+        else:
+            expected = 0 if entry.last_seq < 0 else increment_sequence(entry.last_seq, 1)
+            if base != expected:
+                if entry.last_seq >= 0 and sequence_precedes(base, expected):
+                    return E.DUPLICATE_SEQUENCE_NUMBER, -1
+                return E.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+        offset = len(self.log)
+        self.log.extend(records)
+        entry.last_seq = last
+        entry.retained.append((base, last, offset))
+        while len(entry.retained) > 5:
+            entry.retained.popleft()
+        return E.NONE, offset
+
+
+class SimBroker:
+    """Producer ids from a counter; bumps refused (Tansu); a restart forgets everything."""
+
+    def __init__(self) -> None:
+        self.partitions = {p: SimPartition() for p in PARTITIONS}
+        self.next_pid = 1
+        self.handed_out: set[int] = set()
+        self.life = 0  # restarts so far
+
+    def init_producer_id(self, pid: int, epoch: int) -> tuple[int, int, int]:
+        if pid >= 0:
+            return E.UNKNOWN_SERVER_ERROR, -1, -1  # Tansu: no KIP-360 bump
+        pid = self.next_pid
+        self.next_pid += 1
+        self.handed_out.add(pid)
+        return E.NONE, pid, 0
+
+    def restart(self) -> None:
+        self.partitions = {p: SimPartition() for p in PARTITIONS}
+        self.next_pid = 1
+        self.handed_out.clear()
+        self.life += 1
+
+
+@dataclass
+class _Request:
+    batch: ProducerBatch
+    header: tuple[int, int, int]  # (pid, epoch, base sequence) as sent; restamps don't change it
+    records: list[int]
+    life: int  # the broker process it was sent to: a restart loses it
+
+
+# ---- the sender's glue, mirrored -----------------------------------------------------------
+
+
+class Harness:
+    """The accumulator and idempotence manager wired as ``Sender`` wires them."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.clock = Clock()
+
+        async def build() -> RecordAccumulator:
+            return RecordAccumulator(
+                pool=BufferPool(1 << 22, BATCH_SIZE, clock=self.clock), batch_size=BATCH_SIZE,
+                linger_ms=0, delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
+                retry_backoff=lambda attempts: 0.0, clock=self.clock)
+
+        self.acc = self.loop.run_until_complete(build())
+        self.idem = IdempotenceManager(clock=self.clock, bump_via_init_producer_id=True)
+        self.view = ClusterView(
+            {NODE: BrokerNode(NODE, "localhost", 9001)},
+            {TOPIC: TopicMetadata.build(TOPIC, [PartitionMetadata(p, NODE, 0)
+                                                for p in PARTITIONS])})
+        self.on_wire: set[ProducerBatch] = set()  # Sender._in_flight
+
+    def close(self) -> None:
+        self.loop.close()
+
+    def init_producer_id(self, broker: SimBroker) -> None:
+        """Sender._init_producer_id, one attempt."""
+        idem = self.idem
+        while idem.needs_producer_id():
+            pid, epoch = idem.init_producer_id_params()
+            code, new_pid, new_epoch = broker.init_producer_id(pid, epoch)
+            if code != E.NONE:
+                assert pid >= 0
+                idem.on_bump_unsupported()
+                continue
+            idem.on_producer_id(new_pid, new_epoch)
+
+    def drain(self) -> list[ProducerBatch]:
+        now = self.clock.now
+        drained = self.acc.drain(self.view, [NODE], 1 << 20, now,
+                                 can_send=lambda b: self.idem.can_send(b, now),
+                                 on_drain=self.idem.assign_sequence)
+        batches = drained.get(NODE, [])
+        self.on_wire.update(batches)
+        return batches
+
+    def complete(self, batch: ProducerBatch, base_offset: int, duplicate: bool) -> None:
+        """Sender._complete."""
+        self.on_wire.discard(batch)
+        self.idem.on_success(batch, base_offset=base_offset, duplicate=duplicate)
+        if batch.done:
+            return
+        batch.complete(base_offset, -1)
+        self.acc.release(batch)
+
+    def fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        """Sender._fail."""
+        self.on_wire.discard(batch)
+        if batch.done:
+            return
+        batch.fail(error)
+        self.acc.release(batch)
+
+    def handle_error(self, batch: ProducerBatch, code: int) -> Action:
+        """Sender._handle_error."""
+        if batch.done:
+            self.on_wire.discard(batch)
+            return Action.FAIL
+        now = self.clock.now
+        past_deadline = now - batch.created_at >= DELIVERY_TIMEOUT_MS / 1000
+        decision = classify(code, attempts=batch.attempts + 1, retries=2**31 - 1,
+                            idempotent=True, delivery_deadline_passed=past_deadline,
+                            record_count=batch.record_count)
+        action = self.idem.on_error(batch, code, now, decision).action
+        if action is Action.RETRY:
+            self.on_wire.discard(batch)
+            self.acc.reenqueue(batch, now)
+        elif action in (Action.FAIL, Action.FATAL):
+            error: BaseException = KafkaError(f"{ErrorCode.of(code).name}")
+            if past_deadline and decision.retriable:
+                error = self.acc.delivery_timeout_error(batch, now)
+            self.fail(batch, error)
+        else:  # pragma: no cover - no SPLIT (no MESSAGE_TOO_LARGE) and COMPLETE is handled
+            raise AssertionError(f"unexpected action {action}")
+        return action
+
+    def expire(self) -> None:
+        """Sender._expire."""
+        now = self.clock.now
+        for batch in self.acc.expire(now):
+            self.idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
+            self.fail(batch, self.acc.delivery_timeout_error(batch, now))
+        deadline = DELIVERY_TIMEOUT_MS / 1000
+        for batch in [b for b in self.on_wire if now - b.created_at >= deadline]:
+            self.idem.on_delivery_timeout(batch, possibly_written=True)
+            self.fail(batch, self.acc.delivery_timeout_error(batch, now))
+
+
+# ---- the machine ---------------------------------------------------------------------------
+
+
+class ProducerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = Harness()
+        self.broker = SimBroker()
+        self.h.init_producer_id(self.broker)
+        self.wire: deque[_Request] = deque()
+        self.answers: deque[tuple[_Request, int, int]] = deque()  # (request, code, offset)
+        self.futures: dict[int, asyncio.Future[RecordMetadata]] = {}  # record → future
+        self.record_of: dict[int, int] = {}  # id(future) → record
+        self.next_record = 0
+        self.acked_at_life: dict[int, int] = {}  # record → broker life when acknowledged
+        # (partition, producer-id generation) → {base sequence: records}: one numbering
+        self.sent: dict[tuple[int, int], dict[int, tuple[int, ...]]] = {}
+        self.generations_seen: set[tuple[int, int]] = set()  # (partition, generation)
+
+    @initialize(gap=st.integers(1, 6))
+    def start_partition_1_near_the_wrap(self, gap: int) -> None:
+        """Partition 1 starts a few records short of 2**31-1: one record acknowledged, then
+        both sides moved (see ``partition_nears_the_wrap``)."""
+        self.append(1, 1)
+        self._drain()
+        self._handle("ok")
+        self._hear()
+        self.partition_nears_the_wrap(1, gap)
+
+    # ---- producer side ---------------------------------------------------------------
+
+    @rule(p=st.sampled_from(PARTITIONS), n=st.integers(1, 3))
+    def append(self, p: int, n: int) -> None:
+        for _ in range(n):
+            record = self.next_record
+            self.next_record += 1
+            future = self.h.acc.try_append(TOPIC, p, 0, None, b"%d" % record + b"." * 90, None)
+            assert future is not None, "the pool is large enough for the whole run"
+            self.futures[record] = future
+            self.record_of[id(future)] = record
+
+    @rule()
+    def drain(self) -> None:
+        self._drain()
+
+    def _drain(self) -> bool:
+        self.h.init_producer_id(self.broker)
+        batches = self.h.drain()
+        for batch in batches:
+            self._check_drained(batch)
+            records = [self.record_of[id(f)] for f in batch.record_futures()]
+            header = (batch.producer_id, batch.producer_epoch, batch.base_sequence)
+            self.wire.append(_Request(batch, header, records, self.broker.life))
+        return bool(batches)
+
+    def _check_drained(self, batch: ProducerBatch) -> None:
+        p = self.h.idem.partition_state(batch)
+        entry = p.entry_for(batch)
+        assert entry is not None and entry.on_wire
+        records = tuple(self.record_of[id(f)] for f in batch.record_futures())
+        # the first batch of a new producer-id generation starts at sequence 0
+        if (batch.partition, entry.generation) not in self.generations_seen:
+            self.generations_seen.add((batch.partition, entry.generation))
+            assert batch.base_sequence == 0, (batch, p)
+        sent = self.sent.setdefault((batch.partition, entry.generation), {})
+        previous = sent.get(batch.base_sequence)
+        # no sequence twice with different records under one epoch (of one broker's life)
+        assert previous is None or previous == records, (batch, previous, records)
+        # sequences follow append order
+        for seq, other in sent.items():
+            if seq == batch.base_sequence:
+                continue
+            later = sequence_precedes(seq, batch.base_sequence)
+            assert later == (other[0] < records[0]), (seq, other, batch.base_sequence, records)
+        sent[batch.base_sequence] = records
+
+    # ---- broker and network ----------------------------------------------------------
+
+    @precondition(lambda self: bool(self.wire))
+    @rule(fault=st.sampled_from(FAULTS))
+    def broker_handles(self, fault: str) -> None:
+        self._handle(fault)
+
+    def _handle(self, fault: str) -> None:
+        req = self.wire.popleft()
+        if req.life != self.broker.life or fault == "dropped":
+            self.answers.append((req, E.NETWORK_EXCEPTION, -1))
+            return
+        if fault == "not_leader":
+            self.answers.append((req, E.NOT_LEADER_OR_FOLLOWER, -1))
+            return
+        pid, epoch, base = req.header
+        code, offset = self.broker.partitions[req.batch.partition].append(
+            pid, epoch, base, req.records, handed_out=pid in self.broker.handed_out)
+        if code == E.NONE and fault == "lost_response":
+            code = E.NETWORK_EXCEPTION
+        elif code == E.NONE and fault == "timed_out_after_write":
+            code = E.REQUEST_TIMED_OUT
+        self.answers.append((req, code, offset))
+
+    @precondition(lambda self: bool(self.answers))
+    @rule()
+    def client_hears(self) -> None:
+        self._hear()
+
+    @precondition(lambda self: len(self.answers) > 1)
+    @rule()
+    def client_hears_the_newest_first(self) -> None:
+        """After a leader change the new leader's connection can answer before the old one:
+        the most recent answer overtakes the others."""
+        self.answers.rotate(1)
+        self._hear()
+
+    def _hear(self) -> None:
+        req, code, offset = self.answers.popleft()
+        batch = req.batch
+        # Sender._handle_partition: a DUPLICATE is a success only for a batch that may have
+        # been written before; otherwise its sequences collide with another batch's
+        if code == E.DUPLICATE_SEQUENCE_NUMBER and not self.h.idem.duplicate_is_success(batch):
+            event("DUPLICATE that collides")
+            code = E.OUT_OF_ORDER_SEQUENCE_NUMBER
+        event(f"answer {ErrorCode.of(code).name}")
+        if code in (E.NONE, E.DUPLICATE_SEQUENCE_NUMBER):
+            if not batch.done:
+                for record in req.records:  # written by the broker process it went to
+                    self.acked_at_life[record] = req.life
+            self.h.complete(batch, offset if code == E.NONE else -1,
+                            duplicate=code == E.DUPLICATE_SEQUENCE_NUMBER)
+            return
+        self.h.handle_error(batch, code)
+
+    @rule(seconds=st.sampled_from([0.1, 5.0, 31.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.h.clock.now += seconds
+        self.h.expire()
+
+    @rule()
+    def broker_restarts(self) -> None:
+        """Killed and started again with memory storage: every record, every producer and
+        the producer-id counter are gone; requests on the wire die with the connection."""
+        self.broker.restart()
+
+    @rule(p=st.sampled_from(PARTITIONS), gap=st.integers(1, 4))
+    def partition_nears_the_wrap(self, p: int, gap: int) -> None:
+        """Move a quiet partition next to 2**31-1, on both sides, as if that many records had
+        been written (the broker agrees, so nothing else changes)."""
+        idem = self.h.idem
+        state = idem.partition_state(_TP(TOPIC, p))
+        if state.in_flight or state.unresolved or state.reset_requested or \
+                state.generation != idem.statistics().generation or \
+                idem.producer_id not in self.broker.handed_out or \
+                any(r.batch.partition == p for r in self.wire) or \
+                any(r.batch.partition == p for r, _c, _o in self.answers):
+            return
+        partition = self.broker.partitions[p]
+        entry = partition.producers.get(idem.producer_id)
+        if entry is None:
+            entry = partition.producers[idem.producer_id] = _ProducerEntry(idem.producer_epoch)
+        elif entry.last_seq != state.last_acked_sequence:
+            return
+        last = MAX_SEQUENCE - gap
+        entry.last_seq = state.last_acked_sequence = last
+        entry.retained.clear()
+        state.next_sequence = increment_sequence(last, 1)
+        event("partition moved next to the wrap")
+        # the records "written" in between are not ours to compare orders with
+        self.sent.pop((p, state.generation), None)
+
+    # ---- invariants ------------------------------------------------------------------
+
+    @invariant()
+    def log_has_no_duplicates_and_keeps_order(self) -> None:
+        for partition in self.broker.partitions.values():
+            assert len(partition.log) == len(set(partition.log)), partition.log
+            assert partition.log == sorted(partition.log), partition.log
+
+    @invariant()
+    def queue_holds_retries_in_idempotence_order(self) -> None:
+        for p in PARTITIONS:
+            state = self.h.idem.partition_state(_TP(TOPIC, p))
+            held = [e.batch for e in state.in_flight if not e.on_wire]
+            queued = [b for b in self.h.acc.queued_batches(TOPIC, p) if b.base_sequence >= 0]
+            assert queued == held, ([b.base_sequence for b in queued],
+                                    [b.base_sequence for b in held])
+            # held sequences of one generation never overlap, and follow each other
+            for a, b in zip(state.in_flight, state.in_flight[1:], strict=False):
+                if a.generation == b.generation:
+                    assert sequence_precedes(a.last_sequence, b.base_sequence), state
+
+    # ---- the end: faults stop, everything completes ----------------------------------
+
+    def teardown(self) -> None:
+        try:
+            for _ in range(500):
+                progressed = self._drain()
+                while self.wire:
+                    self._handle("ok")
+                    progressed = True
+                while self.answers:
+                    self._hear()
+                    progressed = True
+                if not progressed:
+                    break
+            # no clock moves here (retry.backoff is 0, linger 0): a record still pending now
+            # waits for something that never comes, e.g. a retry the partition never sends
+            stats = self.h.idem.statistics()
+            if stats.broker_state_losses:
+                event("same producer id and epoch handed out again")
+            pending = [r for r, f in self.futures.items() if not f.done()]
+            assert not pending, ("stuck", pending[:5], self.h.idem, self.h.acc,
+                                 [self.h.idem.partition_state(_TP(TOPIC, p)) for p in PARTITIONS])
+            for record, future in self.futures.items():
+                if future.exception() is None:
+                    assert record in self.acked_at_life, record
+                else:
+                    assert isinstance(future.exception(), (KafkaError, KafkaTimeoutError))
+            log = {r for partition in self.broker.partitions.values() for r in partition.log}
+            lost = [r for r, life in self.acked_at_life.items()
+                    if life == self.broker.life and r not in log]
+            assert not lost, f"acknowledged since the last restart but not in the log: {lost}"
+            self.log_has_no_duplicates_and_keeps_order()
+        finally:
+            self.h.close()
+
+
+@dataclass(frozen=True)
+class _TP:
+    topic: str
+    partition: int
+
+
+# ~3 s by default; AIOKPROD_MACHINE_EXAMPLES=5000 for a long hunt
+ProducerMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", "300")),
+    stateful_step_count=80, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestProducerMachine = ProducerMachine.TestCase
