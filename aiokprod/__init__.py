@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.producer import Producer, ProducerHealth
 
+# The one place the version is written: pyproject.toml reads it (setuptools dynamic version).
 __version__ = "0.1.0"
 
 _ERRORS = (
