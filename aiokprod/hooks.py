@@ -29,12 +29,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Headers", "Partitioner", "ProducerInterceptor", "SendArgs", "Serializer"]
 
-#: Record headers as ``send()`` takes them: (key, value) pairs, a value may be ``None``.
 Headers = Sequence[tuple[str, "bytes | None"]]
+"""Record headers as ``send()`` takes them: (key, value) pairs, a value may be ``None``."""
 
-#: What ``ProducerInterceptor.on_send`` returns to replace a record:
-#: ``(topic, value, key, partition, timestamp_ms, headers)``, in ``send()``'s order.
 SendArgs = tuple[str, Any, Any, "int | None", "int | None", "Headers | None"]
+"""What ``ProducerInterceptor.on_send`` returns to replace a record:
+``(topic, value, key, partition, timestamp_ms, headers)``, in ``send()``'s order."""
 
 
 class Serializer(Protocol):
@@ -45,7 +45,8 @@ class Serializer(Protocol):
     Without a serializer, keys and values must already be bytes or ``None``.
     """
 
-    def __call__(self, obj: Any, /) -> bytes | bytearray | memoryview | None: ...
+    def __call__(self, obj: Any, /) -> bytes | bytearray | memoryview | None:
+        """The bytes of ``obj``, or ``None``."""
 
 
 class Partitioner(Protocol):
@@ -65,7 +66,8 @@ class Partitioner(Protocol):
         all_partitions: Sequence[int],
         available_partitions: Sequence[int],
         /,
-    ) -> int: ...
+    ) -> int:
+        """The index of the partition for this record."""
 
 
 class ProducerInterceptor(Protocol):
