@@ -12,8 +12,9 @@ Where each is called (Java names in brackets):
 
 * serializers — in ``send()`` and ``send_many()``, before anything is queued
   (``Serializer.serialize``); an exception becomes ``SerializationError``;
-* the partitioner — in ``send()`` for records without an explicit partition
-  (``Partitioner.partition``); an answer that names no partition of the topic fails that send;
+* the partitioner — in ``send()`` and ``send_many()`` for records without an explicit
+  partition (``Partitioner.partition``); an answer that names no partition of the topic fails
+  that call;
 * interceptors — ``on_send`` before serialization, ``on_acknowledgement`` when a record is
   acknowledged or fails (``ProducerInterceptor``); an exception from either is logged and the
   record goes on, as in Java. ``send_many()`` refuses to run with interceptors configured.
