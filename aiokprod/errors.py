@@ -140,7 +140,7 @@ class ClientRequestTimeoutError(KafkaTimeoutError):
     message = "The broker did not answer within request.timeout.ms."
 
 
-# The name this class had before 0.1.0's errors were sorted out; one class, two names.
+# The class's earlier name, kept so that existing imports and handlers work: one class, two names.
 RequestTimeoutError = ClientRequestTimeoutError
 
 
