@@ -126,6 +126,10 @@ class RecordAccumulator:
         self._queued_records = 0  # incrementally kept for statistics()
         # partitions grouped by leader, valid for one ClusterView (views are replaced, not mutated)
         self._nodes_cache: tuple[ClusterView, dict[int, list[_PartitionQueue]]] | None = None
+        # an idempotent producer's record of each partition's sequence order (the sender sets
+        # IdempotenceManager.retry_order here): retries go back by their place in it, so the
+        # order has one owner instead of being re-derived from sequence numbers
+        self.retry_order: Callable[[ProducerBatch], Sequence[object]] | None = None
         # topic, [(partition, leader or None, queued batches)] → the partitioner (KIP-794)
         self.on_queue_sizes: Callable[[str, list[tuple[int, int | None, int]]], None] | None \
             = None
@@ -475,23 +479,40 @@ class RecordAccumulator:
 
         Seed 001: a retried idempotent batch must go back before any batch with a later
         sequence, or the broker would see a gap. Batches never drained (sequence -1) stay last.
-        "Later" is wrap-aware (``sequences.insert_in_sequence_order``): a plain ``>`` put a
-        retry of sequence 2**31-2 behind one of sequence 1, and the partition stalled, since
-        idempotence sends only the first held batch while retrying. ``front`` is kept for
-        callers; an unnumbered batch always goes back to the head.
+        "Later" is the place in ``retry_order`` (idempotence's in-flight list, the one owner of
+        the order) when set; otherwise wrap-aware sequence order
+        (``sequences.insert_in_sequence_order``). A plain ``>`` on sequences put a retry of
+        2**31-2 behind one of 1, and the partition stalled, since idempotence sends only the
+        first held batch while retrying. ``front`` is kept for callers; an unnumbered batch
+        always goes back to the head.
         """
         batch.attempts += 1
         batch.in_retry = True
         batch.last_attempt_at = now
         batch.retry_at = now + self._retry_backoff(batch.attempts - 1) / 1000
         queue = self._queue(batch.topic, batch.partition)
+        batches = queue.batches
         if batch.base_sequence < 0:
             # never numbered (idempotence off, or a split of an unnumbered batch): it was
             # drained from the head, so it goes back to the head
-            queue.batches.appendleft(batch)
+            batches.appendleft(batch)
         else:
-            # wrap-aware (2**31-1 is followed by 0): the one ordering rule, in sequences.py
-            insert_in_sequence_order(queue.batches, batch)
+            order = self.retry_order(batch) if self.retry_order is not None else ()
+            place = {id(b): i for i, b in enumerate(order)}
+            mine = place.get(id(batch))
+            if mine is None:
+                # not tracked by an owner: wrap-aware sequence order (sequences.py)
+                insert_in_sequence_order(batches, batch)
+            else:
+                # before every queued batch that comes later in the owner's order, and before
+                # every batch not numbered yet
+                index = 0
+                for other in batches:
+                    rank = place.get(id(other))
+                    if rank is None or rank > mine:
+                        break
+                    index += 1
+                batches.insert(index, batch)
         self._queued_records += batch.record_count
         self._wakeup()
 

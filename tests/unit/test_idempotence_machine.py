@@ -178,6 +178,7 @@ class Harness:
 
         self.acc = self.loop.run_until_complete(build())
         self.idem = IdempotenceManager(clock=self.clock, bump_via_init_producer_id=True)
+        self.acc.retry_order = self.idem.retry_order  # as Sender.__init__ wires it
         self.view = ClusterView(
             {NODE: BrokerNode(NODE, "localhost", 9001)},
             {TOPIC: TopicMetadata.build(TOPIC, [PartitionMetadata(p, NODE, 0)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from aiokprod._error_codes import ErrorCode
 from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
 from aiokprod.producer.accumulator import RecordAccumulator
@@ -37,12 +39,21 @@ def view() -> ClusterView:
                        {TOPIC: TopicMetadata.build(TOPIC, [PartitionMetadata(0, 1, 0)])})
 
 
-async def test_retries_across_the_sequence_wrap_go_back_in_wrap_aware_order() -> None:
+def accumulator(clock: Clock) -> RecordAccumulator:
+    return RecordAccumulator(pool=BufferPool(1 << 20, 1024, clock=clock), batch_size=1024,
+                             linger_ms=0, delivery_timeout_ms=120_000,
+                             retry_backoff=lambda attempts: 10.0, clock=clock)
+
+
+@pytest.mark.parametrize("owner", [True, False], ids=["idempotence-order", "sequence-order"])
+async def test_retries_across_the_sequence_wrap_go_back_in_wrap_aware_order(owner: bool) -> None:
+    """With the owner wired (as Sender does) the order comes from idempotence's in-flight
+    list; without it, from wrap-aware sequence comparison. Both must put a before b."""
     clock = Clock()
-    acc = RecordAccumulator(pool=BufferPool(1 << 20, 1024, clock=clock), batch_size=1024,
-                            linger_ms=0, delivery_timeout_ms=120_000,
-                            retry_backoff=lambda attempts: 10.0, clock=clock)
+    acc = accumulator(clock)
     idem = IdempotenceManager(clock=clock)
+    if owner:
+        acc.retry_order = idem.retry_order
     idem.init_producer_id_params()
     idem.on_producer_id(7, 0)
     cluster = view()
@@ -94,3 +105,28 @@ async def test_retries_across_the_sequence_wrap_go_back_in_wrap_aware_order() ->
     assert decoded.base_sequence == b.base_sequence
     assert acc.statistics().queued_batches <= 1
     await asyncio.sleep(0)
+
+
+async def test_reenqueue_follows_the_owners_order_not_the_sequence_numbers() -> None:
+    """The owner's order wins: here it deliberately disagrees with the sequences, which
+    only a structural rule (place in the owner's list) can follow."""
+    clock = Clock()
+    acc = accumulator(clock)
+    cluster = view()
+    sent = []
+    for seq in (10, 20, 30):
+        acc.try_append(TOPIC, 0, 0, None, b"x" * 1000, None)
+
+        def stamp(batch: ProducerBatch, seq: int = seq) -> None:
+            batch.base_sequence = seq
+
+        sent.extend(acc.drain(cluster, [1], 1 << 20, clock.now, on_drain=stamp)[1])
+    a, b, c = sent
+    acc.try_append(TOPIC, 0, 0, None, VALUE, None)  # new, unnumbered: stays last
+    owner_order: list[ProducerBatch] = [c, a, b]
+    acc.retry_order = lambda batch: owner_order
+    for batch in (a, b, c):
+        acc.reenqueue(batch, clock.now)
+    queued = acc.queued_batches(TOPIC, 0)
+    assert queued[:3] == [c, a, b]
+    assert queued[3].base_sequence == -1
