@@ -230,7 +230,10 @@ async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
             assert r.headers.get("Retry-After") == "1"
             assert took < 1.5 + 1.0, took
         assert len(health_latencies) >= 10
-        assert max(health_latencies) < 0.050, sorted(health_latencies)[-5:]
+        # /healthz never waits on the broker: had it blocked, it would take the stall's
+        # request.timeout.ms (800 ms) or more; the bound leaves room for a loaded 2-core machine
+        # (measured ~5-40 ms quiet, up to ~75 ms with other work running)
+        assert max(health_latencies) < 0.4, sorted(health_latencies)[-5:]
         # the broker is back: the same process delivers again without a restart
         deadline = time.monotonic() + 20
         while True:
