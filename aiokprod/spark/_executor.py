@@ -267,8 +267,7 @@ class TaskWriter:
         columns = self._settings.columns
         timestamp_ms: int | None = None
         if "timestamp" in columns:  # constant here (_needs_rows checked), maybe all null
-            first = _timestamps_ms(batch.column("timestamp"))[0]
-            timestamp_ms = None if first is None else int(first)
+            timestamp_ms = _timestamps_ms(batch.column("timestamp").slice(0, 1))[0]
         keys = None
         if "key" in columns:
             key_column = batch.column("key")

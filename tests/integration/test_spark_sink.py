@@ -453,3 +453,51 @@ def test_spark_example_runs(name: str, tansu: TansuBroker,
     assert written > 0
     records = read_back(tansu.bootstrap, topic, expected=written, timeout=60, settle=0.3)
     assert len(records) >= written
+
+
+# -- grouping by topic and partition (in process, no Spark) ------------------------------------
+
+
+def test_batches_are_split_by_topic_and_partition(tansu: TansuBroker,
+                                                  new_topic: Callable[..., str]) -> None:
+    """Rows of several topics and partitions (some null) in one Arrow batch, order kept."""
+    first, second = new_topic(partitions=3), new_topic(partitions=3)
+    schema = StructType([StructField("value", StringType()), StructField("topic", StringType()),
+                         StructField("partition", IntegerType())])
+    settings = settings_from({"kafka.bootstrap.servers": tansu.bootstrap}, schema)
+    n = 300
+    batch = pa.record_batch({
+        "value": pa.array([str(i) for i in range(n)]),
+        "topic": pa.array([first if i % 2 else second for i in range(n)]),
+        "partition": pa.array([None if i % 3 == 0 else i % 3 for i in range(n)], pa.int32()),
+    })
+    try:
+        summary = TaskWriter(settings, 0, 0).write([batch])
+    finally:
+        close_all_producers()
+    assert summary.records == n
+    assert dict(summary.topics) == {first: n // 2, second: n // 2}
+    for topic, parity in ((first, 1), (second, 0)):
+        records = read_back(tansu.bootstrap, topic, expected=n // 2, settle=0.3)
+        assert sorted(int(r.value) for r in records) == [i for i in range(n) if i % 2 == parity]
+        for r in records:
+            if int(r.value) % 3:
+                assert r.partition == int(r.value) % 3
+        # within a partition, rows keep their order among those that name it and among those
+        # the partitioner placed there (the two kinds are sent as separate groups)
+        for p in range(3):
+            for named in (True, False):
+                in_partition = [int(r.value) for r in records
+                                if r.partition == p and bool(int(r.value) % 3) == named]
+                assert in_partition == sorted(in_partition)
+
+
+def test_null_topic_fails_the_task_naming_the_column(tansu: TansuBroker) -> None:
+    schema = StructType([StructField("value", StringType()), StructField("topic", StringType())])
+    settings = settings_from({"kafka.bootstrap.servers": tansu.bootstrap}, schema)
+    batch = pa.record_batch({"value": pa.array(["a", "b"]), "topic": pa.array(["t", None])})
+    try:
+        with pytest.raises(KafkaSinkError, match=r"null topic in column 'topic' \(1 of 2 rows\)"):
+            TaskWriter(settings, 0, 0).write([batch])
+    finally:
+        close_all_producers()
