@@ -530,7 +530,15 @@ class RecordAccumulator:
         if self._estimator is not None and self.compression is not CompressionType.NONE:
             ratio = self._estimator.reset(batch.topic, self.compression, observed)
         assert batch.sealed is not None
-        groups = split_batch(batch.sealed, self.batch_size, estimated_ratio=ratio)
+        # Re-cut by batch.size (S3) — unless the refused batch was no larger than that: the
+        # broker's limit (message.max.bytes, the topic's max.message.bytes) is then below
+        # batch.size, and re-cutting by it would give back the same batch, refused forever.
+        # Aim at half of what was refused instead; a batch refused again halves again, down to
+        # single records, which fail as too large on their own (S1).
+        limit = self.batch_size
+        if len(batch.sealed) <= limit:
+            limit = max(1, len(batch.sealed) // 2)
+        groups = split_batch(batch.sealed, limit, estimated_ratio=ratio)
         created: list[ProducerBatch] = []
         index = 0  # offset delta of the group's first record in the old batch
         kept = 0

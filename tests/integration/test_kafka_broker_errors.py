@@ -5,8 +5,8 @@
   once the node is back every record is written exactly once, in order per key.
 * MESSAGE_TOO_LARGE from a real size limit (``max.message.bytes`` on the topic), not an
   injected error code: a lone record above the limit fails with ``RecordTooLargeError``; a
-  batch under ``batch.size`` but over the limit is not delivered today (a known producer bug,
-  pinned by a strict xfail: the split re-cuts by ``batch.size`` and gets the same batch).
+  batch under ``batch.size`` but over the limit is split by half of what was refused (re-cutting
+  by ``batch.size`` gave back the same batch, refused until delivery.timeout.ms) and delivered.
 """
 
 from __future__ import annotations
@@ -73,11 +73,6 @@ def _incompressible(count: int, size: int, seed: int = 9) -> list[bytes]:
     return [rng.randbytes(size) + f"{i:05d}".encode() for i in range(count)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "producer bug: a batch under batch.size but over the topic's max.message.bytes is "
-    "'split' by batch.size into one identical batch, refused again, until "
-    "delivery.timeout.ms expires its records (KafkaTimeoutError) instead of splitting "
-    "further or failing them with RecordTooLargeError"))
 @pytest.mark.parametrize("codec", ["none", "gzip"])
 async def test_batch_under_batch_size_but_over_the_topic_limit_is_delivered(
     kafka: KafkaCluster, kafka_topic: Callable[..., str], codec: str

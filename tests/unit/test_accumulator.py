@@ -560,3 +560,37 @@ async def test_a_new_batch_can_start_while_a_released_batch_is_still_referenced(
     assert not future.done()
     assert h.pool.statistics().allocated_memory == CHARGED_PER_BATCH
     assert records_of(done) == [(None, VALUE, TS)] * 8 + [(None, b"z" * (left - 9), TS)]
+
+
+async def test_a_refused_batch_smaller_than_batch_size_is_cut_in_halves() -> None:
+    """The broker's limit is below batch.size: re-cutting by batch.size would give back the
+    same batch, refused forever; it is cut by half of what was refused, again if refused again
+    (docs/compression.md, S3)."""
+    h = Harness(linger_ms=0)
+    view = view_of({TOPIC: [1]})
+    sent = []
+    for i in range(8):
+        value = f"v{i}".encode() * 20
+        sent.append((None, value, TS + i))
+        h.append(value=value, ts=TS + i)
+    (batch,) = h.drain(view)
+    assert batch.size_in_bytes < BATCH_SIZE
+    halves = h.acc.split(batch, h.clock.now)
+    assert len(halves) >= 2
+    assert all(p.record_count < batch.record_count for p in halves)
+    for p in reversed(halves):
+        h.acc.reenqueue(p, h.clock.now, front=True)
+    h.clock.advance(1.0)
+    (first, *_rest) = h.drain(view)
+    quarters = h.acc.split(first, h.clock.now)  # refused again: halves again
+    assert len(quarters) >= 2
+    assert sum(q.record_count for q in quarters) == first.record_count
+    for q in reversed(quarters):
+        h.acc.reenqueue(q, h.clock.now, front=True)
+    h.clock.advance(1.0)
+    resent: list[ProducerBatch] = list(_rest)
+    while batches := h.drain(view):
+        resent.extend(batches)
+    # every record once, in order (the un-drained halves went back behind the quarters)
+    assert sorted((r for b in resent for r in records_of(b)), key=lambda r: r[2]) == sent
+    assert [r for b in quarters for r in records_of(b)] == sent[:first.record_count]
