@@ -10,6 +10,7 @@ pipeline moves over by changing ``format("kafka")`` to ``format("aiokprod")``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -50,11 +51,21 @@ _UNSUPPORTED = {
                         "ids itself once they are (option 'transactional')",
 }
 
+# Java's JAAS login modules whose username/password map onto sasl.username / sasl.password.
+_JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "org.apache.kafka.common.security.scram.ScramLoginModule")
+_JAAS = re.compile(r'^\s*(?P<module>[\w.$]+)\s+required\b(?P<options>.*?);?\s*$', re.DOTALL)
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
 # Options Spark itself passes to a streaming sink; they are Spark's, not ours.
 _SPARK_OWNED = frozenset({"checkpointlocation", "queryname", "path"})
 
 
-@dataclass(frozen=True)
+# Producer settings whose values never appear in a repr or a log line.
+_SECRET_SETTINGS = frozenset({"sasl.password", "ssl.key.password"})
+
+
+@dataclass(frozen=True, repr=False)
 class SinkSettings:
     """Everything a task needs, checked on the driver and pickled to the executors."""
 
@@ -66,8 +77,9 @@ class SinkSettings:
     # which of COLUMNS the DataFrame has
     columns: tuple[str, ...]
 
-    def config_mapping(self) -> dict[str, str]:
-        return dict(self.producer_config)
+    def __repr__(self) -> str:
+        shown = {k: "***" if k in _SECRET_SETTINGS else v for k, v in self.producer_config}
+        return f"SinkSettings(producer={shown}, topic={self.topic!r}, columns={self.columns})"
 
 
 def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSettings:
@@ -77,6 +89,7 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
     settings are lower-case already, so ``kafka.linger.ms`` arrives as written.
     """
     producer: dict[str, str] = {}
+    jaas: dict[str, str] = {}
     topic: str | None = None
     for name, value in options.items():
         key = name.lower()
@@ -85,7 +98,10 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
             reason = _UNSUPPORTED.get(java)
             if reason is not None:
                 raise ConfigError(f"aiokprod sink: option {name!r} is not supported: {reason}")
-            producer[java] = value
+            if java == "sasl.jaas.config":
+                jaas = _from_jaas(value)
+            else:
+                producer[java] = value
         elif key == "topic":
             topic = value
         elif key == "transactional":
@@ -103,6 +119,11 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
                 f"aiokprod sink: unknown option {name!r}; producer settings take the 'kafka.' "
                 f"prefix (e.g. 'kafka.{key}'), and the sink's own options are 'topic' and "
                 f"'transactional'")
+    if jaas:
+        if "sasl.username" in producer or "sasl.password" in producer:
+            raise ConfigError("aiokprod sink: give either 'kafka.sasl.jaas.config' or "
+                              "'kafka.sasl.username' / 'kafka.sasl.password', not both")
+        producer.update(jaas)
     if "bootstrap.servers" not in producer:
         raise ConfigError("aiokprod sink: option 'kafka.bootstrap.servers' is required")
     try:
@@ -112,6 +133,26 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
                           f"prefix): {exc}") from exc
     columns = _check_schema(schema, topic)
     return SinkSettings(tuple(sorted(producer.items())), topic, columns)
+
+
+def _from_jaas(config: str) -> dict[str, str]:
+    """``kafka.sasl.jaas.config`` as Spark users write it, for PLAIN and SCRAM.
+
+    Java configures SASL credentials through a JAAS line (``...PlainLoginModule required
+    username="u" password="p";``); aiokprod takes ``sasl.username`` / ``sasl.password``. Error
+    messages never repeat the line: it holds the password.
+    """
+    match = _JAAS.match(config)
+    if match is None or match["module"] not in _JAAS_MODULES:
+        module = match["module"] if match is not None else "an unreadable line"
+        raise ConfigError(
+            f"aiokprod sink: option 'kafka.sasl.jaas.config' names {module}; only "
+            f"PlainLoginModule and ScramLoginModule (username and password) are supported")
+    options = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_OPTION.findall(match["options"])}
+    if "username" not in options or "password" not in options:
+        raise ConfigError("aiokprod sink: option 'kafka.sasl.jaas.config' needs "
+                          'username="..." and password="..."')
+    return {"sasl.username": options["username"], "sasl.password": options["password"]}
 
 
 def _check_schema(schema: StructType, topic_option: str | None) -> tuple[str, ...]:

@@ -512,3 +512,44 @@ def test_null_topic_fails_the_task_naming_the_column(tansu: TansuBroker) -> None
             TaskWriter(settings, 0, 0).write([batch])
     finally:
         close_all_producers()
+
+
+# -- SASL as Spark users configure it ------------------------------------------------------------
+
+
+def test_sasl_jaas_config_authenticates_against_apache_kafka(kafka_secure: Any) -> None:
+    """``kafka.sasl.jaas.config`` (Java's form, what Spark's Kafka sink takes) → SCRAM login."""
+    assert kafka_secure.security is not None
+    user = kafka_secure.security.users[0]
+    topic = f"spark-jaas-{time.monotonic_ns()}"
+    kafka_secure.create_topic(topic, 1)
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            f'username="{user.name}" password="{user.password}";')
+    settings = settings_from(
+        {"kafka.bootstrap.servers": kafka_secure.bootstrap_for("SASL_PLAINTEXT"),
+         "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-256",
+         "kafka.sasl.jaas.config": jaas, "topic": topic},
+        StructType([StructField("value", StringType())]))
+    assert user.password not in repr(settings)
+    try:
+        summary = TaskWriter(settings, 0, 0).write(
+            [pa.record_batch({"value": pa.array([f"s{i}" for i in range(50)])})])
+    finally:
+        close_all_producers()
+    assert summary.records == 50
+    records = read_back(kafka_secure.bootstrap, topic, expected=50, settle=0.3)
+    assert [r.value for r in records] == [f"s{i}".encode() for i in range(50)]
+
+
+@pytest.mark.parametrize(("jaas", "expected"), [
+    ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+     "names org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule; only"),
+    ('org.apache.kafka.common.security.plain.PlainLoginModule required username="u";',
+     'needs username="..." and password="..."'),
+])
+def test_unusable_jaas_config_is_rejected(jaas: str, expected: str) -> None:
+    with pytest.raises(ValueError, match="kafka.sasl.jaas.config") as failure:
+        settings_from({"kafka.bootstrap.servers": "h:1", "topic": "t",
+                       "kafka.sasl.jaas.config": jaas},
+                      StructType([StructField("value", StringType())]))
+    assert expected in str(failure.value)
