@@ -1,12 +1,12 @@
 """RecordAccumulator: per-partition queues of batches between ``send`` and the sender.
 
-Seed 004 ("RecordAccumulator") is the specification. ``send`` appends into the last open batch of
-the partition, or starts a new one with memory from the ``BufferPool``; the sender asks
+docs/batching.md (A1-A3, R1-R5, D1-D4) states the rules. ``send`` appends into the last open
+batch of the partition, or starts a new one with memory from the ``BufferPool``; the sender asks
 ``ready()`` which nodes have something sendable and when to look again, then ``drain()`` takes at
 most one request's worth per node. No per-record timer exists: the sender is woken when a batch is
 created or fills up, and otherwise sleeps until the delay ``ready()`` computed.
 
-A partition's first batch is sendable when (seed 004, ``ready``):
+A partition's first batch is sendable when (docs/batching.md, R1-R4):
 full (or a second batch is queued behind it) | lingered ``linger_ms`` | someone waits for memory
 | a flush is in progress | the producer is closing — and it is not backing off after an error.
 """
@@ -113,7 +113,7 @@ class RecordAccumulator:
         # attempts → milliseconds before a retried batch is sendable again (KIP-580)
         self._retry_backoff = retry_backoff or (lambda attempts: 100.0)  # retry.backoff.ms
         self._compression_level = compression_level
-        # per (topic, codec) compression ratio estimate (seed 000, Message Compression)
+        # per (topic, codec) compression ratio estimate (docs/compression.md E1-E5)
         self._estimator = estimator
         self._wakeup = on_wakeup
         self._clock = clock
@@ -167,7 +167,7 @@ class RecordAccumulator:
                                         -1 if value is None else len(value)))
                 self._queued_records += 1
                 if builder.full:
-                    self._wakeup()  # seed 004: a full batch is sendable now (Java: batchIsFull)
+                    self._wakeup()  # R1: a full batch is sendable now (Java: batchIsFull)
                 return future
         if batches and batches[-1].sealed is None and not batches[-1].builder.full and \
                 len(batches[-1].deliveries) >= batches[-1].covered_slots:
@@ -418,7 +418,7 @@ class RecordAccumulator:
     ) -> dict[int, list[ProducerBatch]]:
         """At most one request's worth of batches per node, rotating the starting partition.
 
-        ``can_send`` lets idempotence hold a partition back (seed 000, Sending Process step 2);
+        ``can_send`` lets idempotence hold a partition back (docs/idempotence.md step 2);
         ``on_drain`` assigns sequences before the batch is sealed (steps 3-5).
         """
         by_node = self._partitions_by_node(view)
@@ -440,7 +440,7 @@ class RecordAccumulator:
                     continue
                 batch_size = first.size_in_bytes
                 if taken and size + batch_size > max_request_size:
-                    # seed 004: stop here; the rest goes in the next request
+                    # D1: stop here; the rest goes in the next request
                     self._drain_index[node] = (start + i) % n
                     break
                 if not can_send(first):
@@ -477,8 +477,9 @@ class RecordAccumulator:
     def reenqueue(self, batch: ProducerBatch, now: float, *, front: bool = False) -> None:
         """Put a batch back for a retry, in sequence order among the partition's batches.
 
-        Seed 001: a retried idempotent batch must go back before any batch with a later
-        sequence, or the broker would see a gap. Batches never drained (sequence -1) stay last.
+        docs/idempotence.md step 8b: a retried idempotent batch must go back before any batch
+        with a later sequence, or the broker would see a gap. Batches never drained (sequence -1)
+        stay last.
         "Later" is the place in ``retry_order`` (idempotence's in-flight list, the one owner of
         the order) when set; otherwise wrap-aware sequence order
         (``sequences.insert_in_sequence_order``). A plain ``>`` on sequences put a retry of
@@ -517,7 +518,7 @@ class RecordAccumulator:
         self._wakeup()
 
     def split(self, batch: ProducerBatch, now: float) -> list[ProducerBatch]:
-        """Seed 000, Batch Splitting: re-cut a batch the broker refused as too large.
+        """docs/compression.md S1-S5: re-cut a batch the broker refused as too large.
 
         The estimate is reset to max(1.0, observed) (step 2) so the new batches are sized with
         it; records are decompressed and re-appended by ``batch_size`` (step 3), each new batch

@@ -1,16 +1,16 @@
-"""The idempotent producer's state machine (seeds 000, 001, 002): decisions only, no I/O.
+"""The idempotent producer's state machine (docs/idempotence.md): decisions only, no I/O.
 
 The sender performs I/O and reports what happened; this module decides. Two layers:
 
 * the producer id: :class:`ProducerIdState` and :data:`TRANSITIONS`, a table from
-  (state, event) to the next state, each rule naming the seed rule it implements. An event
+  (state, event) to the next state, each naming the rule it implements. An event
   the table does not list raises :class:`~aiokprod.errors.IllegalStateError`;
 * per partition (``sequences.PartitionSequenceState``): sequences, in-flight and unresolved
-  batches, the KIP-1269 in-flight window, following seed 000's nine-step sending process.
+  batches, the KIP-1269 in-flight window, following the sending steps of docs/idempotence.md.
 
-Epoch bumps. An idempotent (non-transactional) producer bumps its epoch *itself*: seed 000 says
-"the Producer Epoch is maintained by the Producer itself", and the broker accepts a higher epoch
-whose first sequence is 0 (seed 000, "Server", check 3); the Java client does the same. A bump
+Epoch bumps. An idempotent (non-transactional) producer may bump its epoch *itself*: it
+maintains its own epoch, and the broker accepts a higher epoch whose first sequence is 0
+(docs/idempotence.md B3); the Java client does the same. A bump
 requested while handling responses is applied once, before the next drain (``maintain``, which
 ``can_send`` runs first), so several partitions failing in one response cost one epoch. With
 ``bump_via_init_producer_id=True`` the bump instead asks the broker (InitProducerId with the
@@ -18,8 +18,8 @@ current id and epoch, KIP-360), which a transactional producer needs; a broker w
 (``on_bump_unsupported``) and an exhausted epoch (32767) both get a fresh producer id instead.
 
 After a bump each partition starts again at sequence 0, but only once no batch of the old
-epoch can still reach the broker (seed 000, steps 2b and 3): a partition that asked for the
-reset renumbers the batches it holds for retry as soon as nothing is on the wire; any other
+epoch can still reach the broker (docs/idempotence.md step 2b and 3): a partition that asked
+for the reset renumbers the batches it holds for retry as soon as nothing is on the wire; any other
 partition first lets its old-epoch batches finish under the old epoch.
 """
 
@@ -109,28 +109,28 @@ class Transition:
 _S = ProducerIdState
 _E = Event
 
-#: (state, event) → next state. Anything else is illegal (DESIGN.md, convention 4).
+#: (state, event) → next state. Anything else is illegal: next_state raises IllegalStateError.
 TRANSITIONS: dict[tuple[ProducerIdState, Event], Transition] = {
     (_S.UNINITIALIZED, _E.INIT_REQUEST_SENT): Transition(
-        _S.INITIALIZING, "seed 000, Implementation Principle: the broker assigns the PID"),
+        _S.INITIALIZING, "InitProducerId: the broker assigns the producer id"),
     (_S.INITIALIZING, _E.PRODUCER_ID_RECEIVED): Transition(
-        _S.READY, "seed 000, Implementation Principle: PID and epoch known, sending may start"),
+        _S.READY, "InitProducerId answered: producer id and epoch known, sending may start"),
     (_S.INITIALIZING, _E.INIT_FAILED): Transition(
         _S.UNINITIALIZED, "Java TransactionManager: a retriable InitProducerId error is retried"),
     (_S.READY, _E.BUMP_REQUESTED): Transition(
-        _S.BUMP_REQUIRED, "seed 000, Sending Process, steps 1b/8a/8b: bump epoch & reset SEQ"),
+        _S.BUMP_REQUIRED, "docs/idempotence.md step 1b/6/8a/8b: bump epoch and reset sequences"),
     (_S.BUMP_REQUIRED, _E.BUMP_REQUESTED): Transition(
-        _S.BUMP_REQUIRED, "seed 000, Sending Process, step 8: one bump serves every partition"),
+        _S.BUMP_REQUIRED, "docs/idempotence.md step 8: one bump serves every partition"),
     (_S.BUMPING, _E.BUMP_REQUESTED): Transition(
-        _S.BUMPING, "seed 000, Sending Process, step 8: the bump under way serves this too"),
+        _S.BUMPING, "docs/idempotence.md step 8: the bump under way serves this too"),
     (_S.UNINITIALIZED, _E.BUMP_REQUESTED): Transition(
-        _S.UNINITIALIZED, "seed 000, Other details: a new PID resets every sequence anyway"),
+        _S.UNINITIALIZED, "docs/idempotence.md: a new producer id resets every sequence anyway"),
     (_S.INITIALIZING, _E.BUMP_REQUESTED): Transition(
-        _S.INITIALIZING, "seed 000, Other details: a new PID resets every sequence anyway"),
+        _S.INITIALIZING, "docs/idempotence.md: a new producer id resets every sequence anyway"),
     (_S.BUMP_REQUIRED, _E.EPOCH_BUMPED_LOCALLY): Transition(
-        _S.READY, "seed 000, Implementation Principle: the idempotent producer keeps its epoch"),
+        _S.READY, "Java: the idempotent producer keeps its epoch itself (check B3)"),
     (_S.BUMP_REQUIRED, _E.EPOCH_EXHAUSTED): Transition(
-        _S.UNINITIALIZED, "seed 000, Other details, Producer Epoch Overflow: request a new PID"),
+        _S.UNINITIALIZED, "the epoch is int16: past 32767 request a new producer id"),
     (_S.BUMP_REQUIRED, _E.BUMP_REQUEST_SENT): Transition(
         _S.BUMPING, "KIP-360: InitProducerId with the current PID and epoch bumps the epoch"),
     (_S.BUMPING, _E.PRODUCER_ID_RECEIVED): Transition(
@@ -143,7 +143,7 @@ TRANSITIONS: dict[tuple[ProducerIdState, Event], Transition] = {
         _S.UNINITIALIZED, "KIP-360 fallback: a broker without the bump gives a new PID instead"),
     **{
         (state, _E.FATAL_ERROR): Transition(
-            _S.FATAL, "seed 000, Common Problems, 'Unable to send after Fatal Error'")
+            _S.FATAL, "after a fatal error nothing more is sent: close and build a new producer")
         for state in ProducerIdState
     },
 }
@@ -392,7 +392,7 @@ class IdempotenceManager:
         self._producer_epoch = NO_PRODUCER_EPOCH
 
     def _request_reset(self, p: PartitionSequenceState, why: str) -> None:
-        """Ask for bump epoch & reset SEQ for ``p`` (seed 000, 'Bump Epoch and Reset ...')."""
+        """Ask for bump epoch & reset SEQ for ``p`` (docs/idempotence.md, "bump and reset")."""
         if self._state is ProducerIdState.FATAL:
             return  # nothing is sent any more; no bump can matter
         p.reset_requested = True
@@ -423,7 +423,7 @@ class IdempotenceManager:
                      self._producer_id, self._producer_epoch)
 
     def check_unresolved(self, tp: TopicPartitionLike) -> bool:
-        """Seed 000, step 1: drop unresolved batches a later success proved written (1a); if
+        """docs/idempotence.md 1: drop unresolved batches a later success proved written (1a); if
         some remain and nothing of the partition is in flight, they were not written: bump &
         reset (1b). Returns True when it asked for the reset."""
         p = self.partition_state(tp)
@@ -443,7 +443,7 @@ class IdempotenceManager:
 
     def can_send(self, target: SequencedBatch | TopicPartitionLike,
                  now: float | None = None) -> bool:
-        """May the sender drain ``target`` now (seed 000, step 2; KIP-1269)?
+        """May the sender drain ``target`` now (docs/idempotence.md step 2; KIP-1269)?
 
         ``target`` is the batch at the head of a partition's queue, or a partition (then the
         question is about a new batch). Runs ``maintain`` first.
@@ -486,7 +486,8 @@ class IdempotenceManager:
 
         A new batch gets the partition's next sequence and the current id and epoch; a retried
         batch keeps its sequence, unless the partition restarts now (then every held batch is
-        renumbered from 0 in order: seed 001's sequence adjustment). Either way it is in flight.
+        renumbered from 0 in order: the Java client's sequence adjustment). Either way it is
+        in flight.
         """
         if self._state is not ProducerIdState.READY:
             raise IllegalStateError(f"cannot assign a sequence in state {self._state.name}")
@@ -652,7 +653,7 @@ class IdempotenceManager:
 
     def _needs_reset_before_retry(self, p: PartitionSequenceState, entry: InFlightEntry,
                                   code: ErrorCode) -> bool:
-        """Seed 000, step 8b, for UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER.
+        """docs/idempotence.md step 8b, for UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER.
 
         "Unless a SEQ reset already happened" is read per partition: a reset already requested
         and not yet performed covers every answer that arrives before it. Answers from before
@@ -683,7 +684,7 @@ class IdempotenceManager:
             self._in_flight_total -= 1
 
     def on_split(self, batch: SequencedBatch, new_batches: Sequence[SequencedBatch]) -> None:
-        """MESSAGE_TOO_LARGE split ``batch`` (seed 000, Batch Splitting, step 4): the new
+        """MESSAGE_TOO_LARGE split ``batch`` (docs/compression.md S4): the new
         batches take its sequence range, in order, and its place among the held batches. The
         broker never wrote the big batch, so these sequences are fresh to it."""
         p = self.partition_state(batch)
@@ -740,11 +741,11 @@ class IdempotenceManager:
     # ---- KIP-1269 -------------------------------------------------------------------------
 
     def on_leader_change(self, tp: TopicPartitionLike) -> None:
-        """The new leader may be an old broker that retains 5 batches (seed 002)."""
+        """The new leader may be an old broker that retains 5 batches (KIP-1269)."""
         self.partition_state(tp).in_flight_limit = DEFAULT_IN_FLIGHT_LIMIT
 
     def on_response_batches_to_retain(self, tp: TopicPartitionLike, batches: int) -> None:
-        """ProduceResponse's ProducerStateBatchesToRetain for ``tp`` (seed 002); values < 1
+        """ProduceResponse's ProducerStateBatchesToRetain for ``tp`` (KIP-1269); values < 1
         cannot be a real window and are ignored."""
         if batches > 0:
             self.partition_state(tp).in_flight_limit = batches

@@ -1,12 +1,12 @@
 """The client's decision about a failed produce: retry, split, fail, or stop the producer.
 
-Two layers (DESIGN.md, convention 5): ``ErrorCode.retriable`` is the broker's view of an error;
+Two layers: ``ErrorCode.retriable`` is the broker's view of an error;
 :func:`classify` is this client's decision and differs on purpose where the broker's flag would
 mislead a producer. Every entry of :data:`RULES` that is not simply "the broker's flag" says why.
 
 ``classify`` is a pure function of the error code and the batch's context. It does not know
 about sequences: for an idempotent producer, ``idempotence.IdempotenceManager.on_error`` refines
-its answer (bump the epoch and reset sequences, wait for unresolved batches) -- seed 000,
+its answer (bump the epoch and reset sequences, wait for unresolved batches) -- docs/idempotence.md,
 Sending Process, step 8.
 """
 
@@ -126,22 +126,22 @@ RULES: dict[ErrorCode, Rule] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: Rule(
         retriable=True, idempotent_only=True,
         why="usually an earlier batch was not written yet; idempotence decides whether it is "
-            "a real gap (bump epoch, reset sequences) or a retry (seed 000, step 8b)"),
+            "a real gap (bump epoch, reset sequences) or a retry (docs/idempotence.md step 8b)"),
     ErrorCode.UNKNOWN_PRODUCER_ID: Rule(
         retriable=True, idempotent_only=True,
         why="the broker lost our producer state (retention); idempotence bumps the epoch and "
-            "resets sequences, then the retry is accepted (seed 000, step 8b)"),
+            "resets sequences, then the retry is accepted (docs/idempotence.md step 8b)"),
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: Rule(
         idempotent_only=True,
-        why="the broker already has these records: success without an offset (seed 001)"),
+        why="the broker already has these records: success without an offset (idempotence.md B1)"),
     ErrorCode.INVALID_PRODUCER_EPOCH: Rule(
         fatal_if_transactional=True,
         why="transactional: another producer owns the epoch now. Idempotent: only this batch "
-            "fails and idempotence bumps the epoch (seed 000, step 8a)"),
+            "fails and idempotence bumps the epoch (docs/idempotence.md step 8a)"),
     ErrorCode.PRODUCER_FENCED: Rule(
         fatal_if_idempotent=True,
-        why="a newer producer with our transactional id took over (seed 000, 'Unable to send "
-            "after Fatal Error')"),
+        why="a newer producer with our transactional id took over: nothing more can be sent; "
+            "close this producer and build a new one"),
     ErrorCode.TRANSACTION_COORDINATOR_FENCED: Rule(fatal_if_idempotent=True),
 }
 
@@ -164,7 +164,7 @@ class RetryDecision:
     # Milliseconds to wait before the retry (KIP-580 exponential backoff with jitter).
     backoff_ms: float = 0.0
     # Set by idempotence: this answer made the partition ask for an epoch bump and a sequence
-    # reset (seed 000, steps 1b, 8a, 8b); the sender needs to do nothing about it.
+    # reset (docs/idempotence.md step 1b, 8a, 8b); the sender needs to do nothing about it.
     reset_sequences: bool = False
     # One line for the log.
     reason: str = ""

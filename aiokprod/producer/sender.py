@@ -1,6 +1,6 @@
 """The sender: the one background task that does produce I/O.
 
-Each wake-up (seed 004, "Sender"): expire what outlived ``delivery_timeout_ms`` → ask the
+Each wake-up (docs/batching.md, S1-S6): expire what outlived ``delivery_timeout_ms`` → ask the
 accumulator which nodes are ready → keep those with a live connection and room under
 ``max_in_flight_requests_per_connection`` → drain one request per node → write them. Responses
 are handled in the connection's callback, synchronously: batches complete, are retried in

@@ -2,9 +2,9 @@
 
 The broker de-duplicates an idempotent producer's writes per (producer id, partition) by
 sequence number: a batch carries the sequence of its first record and the broker expects it to
-be exactly one past the last record it wrote (seed 000, "Server", check 4). Sequences count
-*records*, not batches (seed 001, "sequences per record"), and live in the signed int32 header
-field, so after 2**31-1 they wrap to 0 (seed 000, "SEQ Overflow Handling").
+be exactly one past the last record it wrote (docs/idempotence.md B4). Sequences count
+*records*, not batches (docs/idempotence.md), and live in the signed int32 header
+field, so after 2**31-1 they wrap to 0 (Java's DefaultRecordBatch.incrementSequence).
 
 This module holds only bookkeeping: :class:`PartitionSequenceState` (one per partition, every
 field says why it exists), the wrap-aware helpers, and :func:`insert_in_sequence_order` for the
@@ -42,14 +42,14 @@ __all__ = [
 #: Largest sequence number; the next one is 0 (the header field is a signed int32).
 MAX_SEQUENCE = 2**31 - 1
 _SEQUENCE_SPACE = 2**31
-#: Largest producer epoch (int16). Bumping past it needs a new producer id (seed 000).
+#: Largest producer epoch (int16). Bumping past it needs a new producer id.
 MAX_PRODUCER_EPOCH = 2**15 - 1
 #: Header values of a batch that has not been stamped by idempotence yet.
 NO_SEQUENCE = -1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 #: Batches per partition the broker always remembers for de-duplication; the in-flight limit
-#: until a ProduceResponse says otherwise and again after a leader change (KIP-1269, seed 002).
+#: until a ProduceResponse says otherwise and again after a leader change (KIP-1269).
 DEFAULT_IN_FLIGHT_LIMIT = 5
 
 
@@ -131,10 +131,10 @@ class InFlightEntry:
     # The sender's batch; identity is what links responses back to this entry.
     batch: SequencedBatch
     # Sent and not answered. False while queued for a retry: only then may a reset restamp it,
-    # because bytes already on the wire cannot change (seed 000, step 3).
+    # because bytes already on the wire cannot change (docs/idempotence.md step 3).
     on_wire: bool = True
     # Queued for a retry at least once: while a partition has such a batch it sends one batch
-    # at a time, in sequence order (seed 000, step 2c).
+    # at a time, in sequence order (docs/idempotence.md step 2c).
     retried: bool = False
     # Some attempt ended without a definite answer (timeout, lost connection), so the broker may
     # hold its records: if it expires it becomes unresolved rather than simply failed (step 6).
@@ -156,7 +156,7 @@ class InFlightEntry:
 
 @dataclass(frozen=True)
 class UnresolvedRange:
-    """Sequences of a batch that expired after it may have reached the broker (seed 000, step 6).
+    """Sequences of a batch that expired after it may have reached the broker (idempotence.md 6).
 
     Kept as numbers, not the batch: the batch's records have already failed with a timeout, we
     only need to know whether the broker turns out to have written these sequences.
@@ -186,7 +186,7 @@ class PartitionSequenceState:
     partition: int
     # The producer id and epoch the sequences below belong to. When the manager's current id or
     # epoch differs (after a bump or a new id), the partition is stale: it must start again at
-    # 0, but only once no batch of the old epoch can still reach the broker (seed 000, 2b/3).
+    # 0, but only once no batch of the old epoch can still reach the broker (idempotence.md 2b/3).
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
     # Which producer-id assignment (InitProducerId answer or local bump, counted by the
@@ -205,16 +205,16 @@ class PartitionSequenceState:
     last_acked_offset: int = -1
     # Batches holding a sequence and not yet completed, in sequence order: sent and awaiting an
     # answer, or queued for a retry (the broker may already hold those too, so they count
-    # against the broker's de-duplication window just the same). Seed 000, "Inflight Batch".
+    # against the broker's de-duplication window just the same). docs/idempotence.md, "in flight".
     in_flight: list[InFlightEntry] = field(default_factory=list)
     # Expired batches whose fate is unknown; no new batch is drained while any exists
-    # (seed 000, "Unresolved Batch", steps 1, 2a, 6).
+    # (docs/idempotence.md, "unresolved", steps 1, 2a, 6).
     unresolved: list[UnresolvedRange] = field(default_factory=list)
     # The broker lost or rejected this partition's state (UNKNOWN_PRODUCER_ID, a real
     # OUT_OF_ORDER gap, a failed batch, an unresolved expiry): at the next bump its held batches
     # are renumbered from 0 under the new epoch instead of waiting for them to drain.
     reset_requested: bool = False
-    # KIP-1269 (seed 002): at most this many in_flight batches, the broker's
+    # KIP-1269: at most this many in_flight batches, the broker's
     # ProducerStateBatchesToRetain for this partition; 5 until a response says otherwise.
     in_flight_limit: int = DEFAULT_IN_FLIGHT_LIMIT
     # How many in_flight entries are on the wire: a reset may only happen at 0 (step 3) and,
@@ -229,7 +229,7 @@ class PartitionSequenceState:
 
     @property
     def retrying(self) -> bool:
-        """While a partition retries, it has one batch in flight at a time (seed 000, 2c)."""
+        """While a partition retries, it has one batch in flight at a time (idempotence.md 2c)."""
         return self.retrying_count > 0
 
     def is_stale(self, producer_id: int, producer_epoch: int,
@@ -250,7 +250,7 @@ class PartitionSequenceState:
         return self.in_flight[0] if self.in_flight else None
 
     def follows_unresolved(self, base_sequence: int) -> bool:
-        """``base_sequence`` comes right after an unresolved batch (seed 000, step 8b)."""
+        """``base_sequence`` comes right after an unresolved batch (docs/idempotence.md step 8b)."""
         return any(increment_sequence(r.last_sequence, 1) == base_sequence
                    for r in self.unresolved)
 
@@ -310,7 +310,7 @@ class PartitionSequenceState:
             self.last_acked_offset = max(self.last_acked_offset, base_offset + record_count - 1)
 
     def drop_resolved(self) -> int:
-        """Forget unresolved ranges the broker has confirmed past (seed 000, step 1a).
+        """Forget unresolved ranges the broker has confirmed past (docs/idempotence.md step 1a).
 
         A success for a later batch proves the earlier sequences were written: the broker only
         accepts a batch that continues its sequence. Returns how many ranges were resolved.
@@ -328,7 +328,7 @@ class PartitionSequenceState:
 
     def restart_sequences(self, producer_id: int, producer_epoch: int,
                           generation: int | None = None) -> list[InFlightEntry]:
-        """Renumber every held batch from 0 under a new id/epoch, in order (seed 000, step 3).
+        """Renumber every held batch from 0 under a new id/epoch, in order (docs/idempotence.md 3).
 
         Only legal with nothing on the wire: a batch already sent cannot change its header.
         ``generation`` is the manager's producer-id generation (default: the next one).
@@ -374,7 +374,8 @@ _B = TypeVar("_B", bound=SequencedBatch)
 
 
 def insert_in_sequence_order(queue: MutableSequence[_B], batch: _B) -> int:
-    """Put a retried batch back into a partition's queue before every later sequence (seed 001).
+    """Put a retried batch back into a partition's queue before every later sequence
+    (docs/idempotence.md, step 8b).
 
     The accumulator only ever sends the head of a partition's queue, so a retried batch must
     sit in front of batches with higher sequences and of batches not yet numbered (-1), and

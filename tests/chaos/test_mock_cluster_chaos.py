@@ -27,7 +27,7 @@ that. The faults are therefore shaped to strike every batch a partition has on t
 - a broker going down cuts every request on its connection.
 
 What is left to get wrong is the producer's: a retry not re-queued in sequence order, or a new
-batch of a partition sent while an older one waits to be retried (seed 000, sending process,
+batch of a partition sent while an older one waits to be retried (docs/idempotence.md,
 step 2c). Two mock-only gaps remain, both needing two batches of one partition on the wire at
 the instant of the fault, which the sampled depth here (1) makes rare: a batch drained just
 before a run of failures ends, and a batch sent to a new leader (learned from a metadata

@@ -248,7 +248,7 @@ async def test_retried_batch_waits_for_its_backoff_even_when_urgent() -> None:
     h.acc.reenqueue(batch, h.clock.now)
     assert batch.attempts == 1 and batch.in_retry
     assert batch.retry_at == pytest.approx(h.clock.now + 0.1)
-    h.acc.begin_flush()  # urgency does not override the backoff (seed 004)
+    h.acc.begin_flush()  # urgency does not override the backoff (docs/batching.md, R4)
     check = h.acc.ready(view, h.clock.now)
     assert check.ready_nodes == set()
     assert check.next_ready_delay == pytest.approx(0.1)
@@ -397,7 +397,7 @@ async def test_reenqueue_puts_retries_back_in_sequence_order() -> None:
         (batch,) = h.drain(view, on_drain=stamp)
         sent.append(batch)
     h.fill(0, 2)  # a new batch, never drained: no sequence yet
-    # the answers come back out of order (seed 001): 6 first, then 0, then 3
+    # the answers come back out of order: 6 first, then 0, then 3
     for i in (2, 0, 1):
         h.acc.reenqueue(sent[i], h.clock.now)
     assert h.acc.statistics().queued_records == 3 * 3 + 2
@@ -518,7 +518,7 @@ async def test_split_keeps_every_record_and_its_future_in_order() -> None:
     assert all(not f.done() for f in futures)
     assert sum(p.record_count for p in parts) == 60
     assert h.acc.statistics().incomplete_batches == len(parts)
-    assert estimator.estimation(TOPIC, CompressionType.GZIP) == 1.0  # reset (seed 000)
+    assert estimator.estimation(TOPIC, CompressionType.GZIP) == 1.0  # reset (compression.md S2)
     # the new batches hold the same records, in order, each within batch.size
     for p in reversed(parts):
         h.acc.reenqueue(p, h.clock.now, front=True)
@@ -565,7 +565,7 @@ async def test_a_new_batch_can_start_while_a_released_batch_is_still_referenced(
 async def test_a_refused_batch_smaller_than_batch_size_is_cut_in_halves() -> None:
     """The broker's limit is below batch.size: re-cutting by batch.size would give back the
     same batch, refused forever; it is cut by half of what was refused, again if refused again
-    (docs/compression.md, S3)."""
+    (docs/compression.md S3)."""
     h = Harness(linger_ms=0)
     view = view_of({TOPIC: [1]})
     sent = []

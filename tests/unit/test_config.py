@@ -247,7 +247,7 @@ def test_idempotence_default_on_without_reason() -> None:
 
 
 def test_in_flight_above_five_allowed_with_idempotence_kip_1269() -> None:
-    # Java < KIP-1269 raises here; seed 002 moves the limit to a per-partition check.
+    # Java < KIP-1269 raises here; KIP-1269 moves the limit to a per-partition check.
     cfg = ProducerConfig(
         bootstrap_servers=BOOT, enable_idempotence=True, max_in_flight_requests_per_connection=20
     )

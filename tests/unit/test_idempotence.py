@@ -1,5 +1,6 @@
-"""The idempotent producer's state machine: the transition table, seed 000's sending process
-as scenarios, KIP-1269, and a stateful property test against a simulated broker."""
+"""The idempotent producer's state machine: the transition table, the sending steps of
+docs/idempotence.md as scenarios, KIP-1269, and a stateful property test against a simulated
+broker."""
 
 from __future__ import annotations
 
@@ -118,7 +119,8 @@ def batches(n: int, *, records: int = 1, partition: int = 0) -> list[Batch]:
 def test_every_table_entry(state: ProducerIdState, event: Event) -> None:
     transition = TRANSITIONS[(state, event)]
     assert next_state(state, event) is transition.target
-    assert transition.rule.startswith(("seed 000", "KIP-360", "Java"))
+    assert transition.rule.startswith(("docs/idempotence.md", "KIP-360", "Java",
+                                       "InitProducerId", "the epoch", "after a fatal"))
 
 
 ILLEGAL = [(s, e) for s in ProducerIdState for e in Event if (s, e) not in TRANSITIONS]
@@ -206,7 +208,7 @@ def test_partitions_have_independent_sequences() -> None:
 
 
 def test_sequence_wraps_from_int32_max_to_zero() -> None:
-    """Seed 000, SEQ Overflow Handling."""
+    """Sequences wrap from 2**31-1 to 0."""
     m = ready()
     first = Batch()
     send(m, first)
@@ -382,7 +384,8 @@ def test_out_of_order_right_after_the_unresolved_batch_bumps() -> None:
 
 def test_out_of_order_after_an_unresolved_batch_that_is_not_the_largest_bumps() -> None:
     """b1 was dropped and expired, b3 expired on the wire: b2's OUT_OF_ORDER proves b1 was not
-    written. The seed's "after the largest unresolved" (b3) would retry b2 until it expires."""
+    written. A plain reading of step 8b, "after the largest unresolved" (b3), would retry b2
+    until it expires."""
     m = ready()
     b1, b2, b3 = batches(3)
     send(m, b1, b2, b3)
@@ -671,7 +674,7 @@ def test_retriable_error_out_of_time_without_ambiguity_resets() -> None:
 # ---- epoch overflow and the KIP-360 bump ------------------------------------------------
 
 def test_epoch_overflow_asks_for_a_new_producer_id() -> None:
-    """Seed 000, Other details: at epoch 32767 a bump needs a fresh PID."""
+    """At epoch 32767 a bump needs a fresh PID."""
     m = ready(epoch=MAX_PRODUCER_EPOCH)
     held, other = Batch(partition=0), Batch(partition=1, record_count=4)
     send(m, held, other)
@@ -796,7 +799,8 @@ class _ProducerEntry:
 
 
 class SimBroker:
-    """One partition's leader, applying seed 000's four checks ("Server") in order."""
+    """One partition's leader, applying the broker's four checks (docs/idempotence.md, B1-B4)
+    in order."""
 
     def __init__(self) -> None:
         self.window = 5  # ProducerStateBatchesToRetain
@@ -961,7 +965,7 @@ class IdempotenceMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self._idle()))
     @rule(data=st.data())
     def retention_removes_everything(self, data: st.DataObject) -> None:
-        """Seed 000, 'Handling of UnknownProducerIdException': retention deleted all of our
+        """UNKNOWN_PRODUCER_ID after retention deleted all of our
         records, and with them the broker's state for our producer id. Only for a partition
         we are not writing to: retention works on days, not on records still being sent."""
         p = data.draw(st.sampled_from(self._idle()))

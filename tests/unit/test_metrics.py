@@ -166,7 +166,7 @@ def test_reporter_hears_existing_and_lazily_created_metrics() -> None:
 
 # -- producer metrics under Java names -------------------------------------------------------------
 
-# Every metric seed 000 names, plus the ones the producer core records.
+# Every metric the Java producer documents, plus the ones the producer core records.
 PRODUCER_METRIC_NAMES = {
     "batch-size-avg", "batch-size-max", "batch-split-rate", "batch-split-total",
     "bufferpool-wait-time-ns-total", "bufferpool-wait-ratio", "buffer-exhausted-rate",

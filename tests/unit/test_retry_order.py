@@ -3,7 +3,7 @@ IdempotenceManager wired the way the sender wires them.
 
 Sequences wrap from 2**31-1 to 0. ``RecordAccumulator.reenqueue`` used to order retries with a
 plain ``>``, so a retry of sequence 2**31-2 went back *behind* a retry of sequence 1. While a
-partition retries, idempotence sends only the first batch it holds (seed 000, step 2c): the
+partition retries, idempotence sends only the first batch it holds (docs/idempotence.md 2c): the
 queue's head was never that batch, and the partition stalled until delivery.timeout.ms.
 """
 

@@ -52,7 +52,7 @@ def test_batch_double_satisfies_the_protocol() -> None:
     (0, 0, 0),
     (0, 5, 5),
     (MAX_SEQUENCE - 1, 1, MAX_SEQUENCE),
-    (MAX_SEQUENCE, 1, 0),  # seed 000: after 2**31-1 the next sequence is 0
+    (MAX_SEQUENCE, 1, 0),  # after 2**31-1 the next sequence is 0
     (MAX_SEQUENCE - 1, 3, 1),
     (MAX_SEQUENCE, 10, 9),
 ])
@@ -106,7 +106,7 @@ def test_insert_goes_before_unnumbered_batches() -> None:
 
 
 def test_out_of_order_arrivals_end_up_in_sequence_order() -> None:
-    """Seed 001: responses for 0, 3, 5, 9 arrive in any order; the queue ends up sorted."""
+    """Responses for 0, 3, 5, 9 arrive in any order; the queue ends up sorted."""
     for seed in range(20):
         batches = numbered(0, 3, 5, 9)
         tail = [Batch(), Batch()]  # not drained yet: always stay behind
