@@ -29,6 +29,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,24 +198,29 @@ class TaskWriter:
         self._rows_done: asyncio.Event | None = None
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> TaskSummary:
-        """Send every row; return once all are acknowledged, or raise ``KafkaSinkError``."""
-        try:
-            queued: ConcurrentFuture[None] | None = None
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
+        """Send every row; return once all are acknowledged, or raise ``KafkaSinkError``.
+
+        An exception raised by ``batches`` itself (a failing upstream stage) propagates
+        unchanged: it is not the sink's failure, and the producer stays in the cache.
+        """
+        source = iter(batches)
+        queued: ConcurrentFuture[None] | None = None
+        while True:
+            try:
+                batch = next(source)
+            except StopIteration:
+                break
+            if batch.num_rows == 0:
+                continue
+            with self._sending():
                 plan = self._plan(batch)  # converts in this thread while the loop sends
                 if queued is not None:
                     queued.result()
                 queued = self._loop_thread.submit(self._queue(plan))
+        with self._sending():
             if queued is not None:
                 queued.result()
             self._loop_thread.submit(self._finish()).result()
-        except BaseException as exc:
-            _discard(self._settings.producer_config)
-            if isinstance(exc, KafkaSinkError):
-                raise
-            raise KafkaSinkError(self._describe_failure(exc, sending=True)) from exc
         if self._failed:
             _discard(self._settings.producer_config)
             assert self._first_error is not None
@@ -222,6 +228,17 @@ class TaskWriter:
                 from self._first_error
         return TaskSummary(self._partition_id, self._attempt, self._records, self._bytes,
                            tuple(sorted(self._topics.items())))
+
+    @contextmanager
+    def _sending(self) -> Iterator[None]:
+        """Turn what goes wrong while sending into ``KafkaSinkError``; drop the producer."""
+        try:
+            yield
+        except BaseException as exc:
+            _discard(self._settings.producer_config)
+            if isinstance(exc, KafkaSinkError):
+                raise
+            raise KafkaSinkError(self._describe_failure(exc, sending=True)) from exc
 
     def _describe_failure(self, error: BaseException, *, sending: bool) -> str:
         where = f"task for partition {self._partition_id} (attempt {self._attempt})"

@@ -5,8 +5,8 @@ started before the first test's leak snapshot and ended by PID at session end. S
 workers are children of the JVM, not of pytest, so the leak guard does not see them. Records
 are read back with confluent-kafka (``support.reader``), not with anything of ours.
 
-Local mode runs each task once (``spark.task.maxFailures`` is 1 in ``local[N]``), so a failing
-task fails the job at once; that keeps the failure tests fast.
+The session runs ``local[2,2]``: two cores, and each task may run twice, so a failed task is
+retried as ``spark.task.maxFailures`` does on a cluster (plain ``local[N]`` never retries).
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark import SparkContext
+from pyspark import SparkContext, TaskContext
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.functions import udf
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -72,7 +74,8 @@ def spark() -> Iterator[SparkSession]:
     # Spark's Python workers (data source planning, tasks) must run this venv's interpreter
     os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
-        SparkSession.builder.master("local[2]")
+        # local[N, F]: each task may run F times, so a failed task is retried as on a cluster
+        SparkSession.builder.master("local[2,2]")
         .appName("aiokprod-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -272,6 +275,36 @@ def test_streaming_rate_source_over_several_micro_batches(
 # -- failures ----------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:Cannot infer the eval type:UserWarning")
+def test_a_retried_task_writes_its_rows_again(spark: SparkSession, tansu: TansuBroker,
+                                              new_topic: Callable[..., str]) -> None:
+    """At-least-once: a task that fails after sending some rows is retried and sends them all."""
+    topic = new_topic()
+
+    @udf("string", useArrow=False)
+    def fail_first_attempt(value: str) -> str:
+        context = TaskContext.get()
+        if value == "80000" and context is not None and context.attemptNumber() == 0:
+            raise RuntimeError("upstream stage failed on its first attempt")
+        return value
+
+    rows = 100_000
+    df = spark.range(0, rows, 1, 1).selectExpr("cast(id as string) as value")
+    df = df.select(fail_first_attempt("value").alias("value"))
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+    try:
+        _save(df, tansu.bootstrap, topic)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    records = read_back(tansu.bootstrap, topic, expected=rows + 1, timeout=20, settle=0.5)
+    counts = Counter(int(r.value) for r in records)
+    assert set(counts) == set(range(rows))
+    # the first attempt's first batches went out before it failed; the retry sent them again
+    twice = sorted(v for v, n in counts.items() if n == 2)
+    assert twice and twice == list(range(len(twice))) and twice[-1] < 80_000
+    assert set(counts.values()) == {1, 2}
+
+
 def test_unreachable_broker_fails_the_task_with_a_clear_error(
         spark: SparkSession, tansu_factory: Callable[..., TansuBroker]) -> None:
     broker = tansu_factory()
@@ -285,7 +318,7 @@ def test_unreachable_broker_fails_the_task_with_a_clear_error(
                                                    "kafka.delivery.timeout.ms": "2000"})
     message = str(failure.value)
     assert "KafkaSinkError" in message
-    assert "aiokprod sink: task for partition 0 (attempt 0)" in message
+    assert "aiokprod sink: task for partition 0 (attempt 1)" in message  # the retry failed too
     assert "KafkaTimeoutError" in message
     assert "max.block.ms" in message
 
