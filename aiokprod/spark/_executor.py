@@ -210,6 +210,10 @@ class TaskWriter:
                 batch = next(source)
             except StopIteration:
                 break
+            except BaseException:
+                if queued is not None:  # what was handed over is queued before we give up
+                    self._settle(queued)
+                raise
             if batch.num_rows == 0:
                 continue
             with self._sending():
@@ -228,6 +232,14 @@ class TaskWriter:
                 from self._first_error
         return TaskSummary(self._partition_id, self._attempt, self._records, self._bytes,
                            tuple(sorted(self._topics.items())))
+
+    @staticmethod
+    def _settle(queued: ConcurrentFuture[None]) -> None:
+        try:
+            queued.result()
+        except Exception:  # secondary to the error being raised; the records' futures have it
+            logger.warning("aiokprod sink: queueing a batch failed while the task's input was "
+                           "failing", exc_info=True)
 
     @contextmanager
     def _sending(self) -> Iterator[None]:

@@ -586,3 +586,23 @@ def test_unusable_jaas_config_is_rejected(jaas: str, expected: str) -> None:
                        "kafka.sasl.jaas.config": jaas},
                       StructType([StructField("value", StringType())]))
     assert expected in str(failure.value)
+
+
+def test_an_upstream_error_passes_through_and_keeps_the_producer(
+        tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
+    topic = new_topic()
+    settings = settings_from({"kafka.bootstrap.servers": tansu.bootstrap, "topic": topic},
+                             StructType([StructField("value", StringType())]))
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"value": pa.array(["a", "b"])})
+        raise ZeroDivisionError("an upstream stage failed")
+
+    try:
+        with pytest.raises(ZeroDivisionError, match="an upstream stage failed"):
+            TaskWriter(settings, 0, 0).write(batches())
+        assert cached_producer_count() == 1  # the producer is fine: the retry reuses it
+    finally:
+        close_all_producers()
+    # what was queued before the failure is still delivered
+    assert [r.value for r in read_back(tansu.bootstrap, topic, expected=2)] == [b"a", b"b"]
