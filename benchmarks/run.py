@@ -7,10 +7,11 @@ so its CPU per record is its own and its garbage cannot slow another client.
 Sections:
 
 1. **Comparison** — for each broker (librdkafka's mock cluster: 3 brokers, RF 3, 6 partitions;
-   Tansu: 1 broker, 6 partitions) and record size (100 B, 1 KiB): rounds of all clients in a
-   fixed interleaved order (A B C D E, A B C D E, ...) so machine drift hits all alike. Every
-   client run gets a fresh broker, so none inherits another's data. Idempotent, acks=all,
-   linger 5 ms; other settings are each client's defaults.
+   Tansu: 1 broker, 6 partitions; Apache Kafka 4.x: 1 KRaft node, 6 partitions, when Java and
+   Maven can provide it — see docs/testing.md) and record size (100 B, 1 KiB): rounds of all
+   clients in a fixed interleaved order (A B C D E, A B C D E, ...) so machine drift hits all
+   alike. Every client run gets a fresh broker, so none inherits another's data. Idempotent,
+   acks=all, linger 5 ms; other settings are each client's defaults.
 2. **Latency at half throughput** — ``aiokprod-send`` capped (``--throughput``) at half its
    median throughput from section 1 (100 B), latency sampled as in section 1 (measuring every
    record would double the client's CPU per record, so "half" would no longer be half).
@@ -53,7 +54,7 @@ from support.mock_cluster import MockCluster  # type: ignore[import-not-found]  
 CLIENT_SCRIPT = Path(__file__).resolve().with_name("client.py")
 CLIENTS = ("aiokprod-send", "aiokprod-bulk", "aiokafka", "confluent", "confluent-aio")
 PEERS = ("aiokafka", "confluent", "confluent-aio")
-BROKERS = ("mock", "tansu")
+BROKERS = ("mock", "tansu", "kafka")
 PARTITIONS = 6
 LINGER_MS = 5
 MIB = 1 << 20
@@ -89,6 +90,16 @@ def broker(kind: str, rtt_ms: int = 0) -> Iterator[tuple[str, CreateTopic]]:
                 tansu.create_topic(topic, partitions=PARTITIONS)
 
             yield tansu.bootstrap, create
+    elif kind == "kafka":
+        if rtt_ms:
+            raise ValueError("Apache Kafka here cannot add latency; use the mock cluster")
+        from support.kafka_cluster import KafkaCluster, ensure_kafka_jars
+
+        jars = ensure_kafka_jars()
+        if isinstance(jars, str):
+            raise RuntimeError(f"Apache Kafka unavailable: {jars}")
+        with KafkaCluster(jars) as kafka:
+            yield kafka.bootstrap, lambda t: kafka.create_topic(t, PARTITIONS)
     else:
         raise ValueError(f"unknown broker {kind!r}")
 
