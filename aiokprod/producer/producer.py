@@ -226,6 +226,7 @@ class Producer:
         assert sender is not None and cluster is not None and pool is not None
         assert supervisor is not None
         try:
+            await self._abort_open_transaction(timeout)
             await sender.close(timeout)
         finally:
             try:
@@ -235,8 +236,30 @@ class Producer:
             finally:
                 await supervisor.stop(timeout=1.0)
 
+    async def _abort_open_transaction(self, timeout: float | None) -> None:
+        """Closing with a transaction open aborts it (as Java's producer does): left open, its
+        records would hold back read_committed consumers until transaction.timeout.ms."""
+        txn = self._txn
+        if txn is None or txn.fatal_error is not None or txn.state not in (
+                TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR,
+                TransactionState.ABORTING):
+            return
+        bound = self._max_block / 1000 if timeout is None else min(timeout,
+                                                                   self._max_block / 1000)
+        try:
+            await self._abort(txn, time.monotonic() + bound)
+        except Exception as exc:  # close() goes on; the coordinator times the rest out
+            log.warning("[client %s] closing: aborting the open transaction failed: %s",
+                        self._config.client_id, exc)
+
     async def __aenter__(self) -> Producer:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            # a transactional start() can fail (InitProducerId refused or timed out): the
+            # block never runs, so __aexit__ would not stop the tasks start() began
+            await self.close(timeout=0)
+            raise
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
@@ -617,11 +640,13 @@ class Producer:
         Bounded by max.block.ms (``KafkaTimeoutError``; calling it again resumes the abort).
         A fenced producer raises ``ProducerFencedError`` at once: close it.
         """
-        txn = self._transactions("abort_transaction()")
+        await self._abort(self._transactions("abort_transaction()"),
+                          time.monotonic() + self._max_block / 1000)
+
+    async def _abort(self, txn: TransactionManager, deadline: float) -> None:
         sender = self._sender
         assert sender is not None
         started = time.perf_counter_ns()
-        deadline = time.monotonic() + self._max_block / 1000
         try:
             txn.fire(TxnEvent.ABORT_STARTED)
             sender.abort_queued_batches(KafkaError(

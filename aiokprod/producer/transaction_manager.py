@@ -28,6 +28,7 @@ from aiokprod.errors import (
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
+    ProtocolError,
     TransactionAbortableError,
     error_for_code,
 )
@@ -234,7 +235,7 @@ class TransactionManager:
                 if not err.retriable and ErrorCode.of(code) not in _RELOOKUP | _RETRY:
                     raise err(f"FindCoordinator({key!r}): {message or err.message}")
                 log.debug("[client %s] FindCoordinator(%r): %s", self._client, key, err.__name__)
-            except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
+            except (KafkaConnectionError, KafkaTimeoutError, ProtocolError, OSError) as exc:
                 log.debug("[client %s] FindCoordinator(%r): %s", self._client, key, exc)
             attempt += 1
             await self._sleep_backoff(attempt, deadline, f"FindCoordinator({key!r})")
@@ -292,9 +293,10 @@ class TransactionManager:
                     await asyncio.sleep(min(_CONCURRENT_BACKOFF_S,
                                             max(0.0, deadline - self._clock())))
                     continue
-            except (KafkaConnectionError, KafkaTimeoutError, OSError) as exc:
-                # the coordinator went away or did not answer (Tansu closes the connection
-                # instead of answering a fenced EndTxn): look it up again, within the deadline
+            except (KafkaConnectionError, KafkaTimeoutError, ProtocolError, OSError) as exc:
+                # the coordinator went away, did not answer (Tansu closes the connection
+                # instead of answering a fenced EndTxn) or answered bytes we refuse (the
+                # connection is closed then): look it up again, within the deadline
                 log.debug("[client %s] %s: %s", self._client, what, exc)
                 node = None
                 if group is None:

@@ -17,7 +17,12 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from aiokprod import Producer
-from aiokprod.errors import IllegalStateError, KafkaError, ProducerFencedError
+from aiokprod.errors import (
+    IllegalStateError,
+    KafkaError,
+    ProducerFencedError,
+    TransactionAbortableError,
+)
 from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
@@ -164,3 +169,58 @@ async def test_send_offsets_outside_a_transaction_is_illegal(kafka: KafkaCluster
             await producer.send_offsets_to_transaction({("t", 0): 1}, "")
         await producer.abort_transaction()
     assert issubclass(ProducerFencedError, KafkaError)
+
+
+async def test_a_failed_record_makes_the_transaction_abortable_and_abort_recovers(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    topic = kafka_topic(config={"max.message.bytes": "2000"})
+    async with _producer(kafka, _txn_id()) as producer:
+        assert producer._txn is not None
+        producer.begin_transaction()
+        ok = await producer.send(topic, b"small")
+        await ok  # alone in its batch: a 2-record batch over max.message.bytes re-splits
+        too_big = await producer.send(topic, b"x" * 5000)  # the broker refuses it
+        with pytest.raises(KafkaError):
+            await too_big
+        assert producer._txn.state is TransactionState.ABORTABLE_ERROR
+        with pytest.raises(TransactionAbortableError, match="abort"):
+            await producer.send(topic, b"more")
+        with pytest.raises(TransactionAbortableError, match="abort"):
+            await producer.commit_transaction()
+        await producer.abort_transaction()
+        assert producer._txn.state is TransactionState.READY
+        async with producer.transaction():  # usable again
+            await producer.send(topic, b"after-abort")
+    records = read_back(kafka.bootstrap, topic, expected=1, settle=0.5)
+    assert _values(records) == [b"after-abort"]
+
+
+async def test_abort_fails_queued_records_with_a_clear_error(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    topic = kafka_topic()
+    async with _producer(kafka, _txn_id(), linger_ms=60000) as producer:
+        producer.begin_transaction()
+        queued = [await producer.send(topic, f"q-{i}".encode()) for i in range(5)]
+        await producer.abort_transaction()
+        for future in queued:
+            with pytest.raises(KafkaError, match="transaction aborted"):
+                await future
+
+
+async def test_close_with_an_open_transaction_aborts_it(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    topic = kafka_topic()
+    first = _producer(kafka, _txn_id())
+    await first.start()
+    first.begin_transaction()
+    await (await first.send(topic, b"left-open"))  # written in an open transaction
+    await first.close(timeout=10)
+    async with _producer(kafka, _txn_id()) as second, second.transaction():
+        await second.send(topic, b"committed")
+    # left open, the first transaction would hold read_committed readers back until
+    # transaction.timeout.ms (60 s): the committed record would not be readable now
+    records = read_back(kafka.bootstrap, topic, expected=1, timeout=8, settle=0.3)
+    assert _values(records) == [b"committed"]
