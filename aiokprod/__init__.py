@@ -24,14 +24,17 @@ if TYPE_CHECKING:
         KafkaError,
         KafkaTimeoutError,
         ProducerClosedError,
+        ProducerFencedError,
         RecordTooLargeError,
         SerializationError,
+        TransactionAbortableError,
     )
     from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
     from aiokprod.network.security import OAuthToken
     from aiokprod.producer.batch import RecordMetadata
     from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.producer import Producer, ProducerHealth
+    from aiokprod.producer.transactions import ConsumerGroupMetadata
 
 # The one place the version is written: pyproject.toml reads it (setuptools dynamic version).
 __version__ = "0.1.0"
@@ -48,11 +51,14 @@ _ERRORS = (
     "KafkaError",
     "KafkaTimeoutError",
     "ProducerClosedError",
+    "ProducerFencedError",
     "RecordTooLargeError",
     "SerializationError",
+    "TransactionAbortableError",
 )
 _LAZY = {
     **{name: "aiokprod.errors" for name in _ERRORS},
+    "ConsumerGroupMetadata": "aiokprod.producer.transactions",
     "OAuthToken": "aiokprod.network.security",
     "Partitioner": "aiokprod.hooks",
     "ProducerInterceptor": "aiokprod.hooks",
@@ -70,6 +76,7 @@ __all__ = [
     "BufferExhaustedError",
     "ClientRequestTimeoutError",
     "ConfigError",
+    "ConsumerGroupMetadata",
     "IllegalStateError",
     "IllegalTopicNameError",
     "KafkaConnectionError",
@@ -80,6 +87,7 @@ __all__ = [
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",
+    "ProducerFencedError",
     "ProducerHealth",
     "ProducerInterceptor",
     "RecordMetadata",
@@ -87,6 +95,7 @@ __all__ = [
     "SendManyResult",
     "SerializationError",
     "Serializer",
+    "TransactionAbortableError",
     "__version__",
 ]
 

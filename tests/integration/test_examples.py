@@ -11,7 +11,7 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.mark.parametrize("name", ["produce.py", "app_lifespan.py"])
+@pytest.mark.parametrize("name", ["produce.py", "app_lifespan.py", "transactional_copy.py"])
 def test_example_runs(name: str) -> None:
     done = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True,
                           text=True, timeout=60, check=False)
