@@ -2,9 +2,16 @@
 
 Why a pool: ``buffer.memory`` bounds what unsent batches may hold, so a producer faster than its
 brokers slows down (``send`` waits, bounded by ``max.block.ms``) instead of growing without
-limit (Java's ``BufferPool``; docs/memory.md). Buffers of exactly
-``batch.size`` bytes, nearly all of them, are kept on a free list and reused; other sizes are only
-accounted for and left to the garbage collector.
+limit (Java's ``BufferPool``; docs/memory.md).
+
+What the producer uses it for is accounting, not buffer reuse. Java keeps buffers of exactly
+``batch.size`` on a free list and reuses them; the producer here returns every batch's memory as
+a size (``deallocate(b"", size)``): a sealed batch's bytes may still be referenced by the
+request being written and by the batch until its futures resolve, and handing that bytearray to
+a new batch while it is referenced corrupted records once (a pinned buffer). So the free list
+below stays empty in the producer. It works for a caller that returns a ``bytearray`` of exactly
+``batch.size`` it no longer references (the pool's own tests do), and the fairness rules are the
+same either way.
 
 Fairness, the rule the tests pin:
 

@@ -371,6 +371,15 @@ class IdempotenceManager:
                         "lost our producer state; renumbering every partition's unacknowledged "
                         "batches from sequence 0", self._client_id, producer_id, producer_epoch)
 
+    def on_epoch_bumped_by_broker(self, producer_id: int, producer_epoch: int) -> None:
+        """Transaction version 2 (KIP-890): every EndTxn answer carries a new epoch (or id)
+        the coordinator bumped itself. Taken like a KIP-360 bump: every partition restarts at
+        sequence 0 under it once nothing of the old epoch is held."""
+        if self._state is ProducerIdState.READY:
+            self._fire(Event.BUMP_REQUESTED)
+        self.init_producer_id_params()  # BUMP_REQUIRED -> BUMPING (or a fresh id's state)
+        self.on_producer_id(producer_id, producer_epoch)
+
     def on_init_producer_id_failed(self, error: BaseException) -> None:
         """InitProducerId failed: retriable errors are tried again, others are fatal."""
         if getattr(error, "retriable", False):

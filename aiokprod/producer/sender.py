@@ -51,9 +51,6 @@ _REQUEST_TIMED_OUT = 7
 _MESSAGE_TOO_LARGE = 10
 # Produce v13+ names topics by id (KIP-516); until topic ids are wired through, stay below it.
 _PRODUCE_MAX_VERSION_BY_NAME = 12
-# Produce v12 tells the broker the client adds partitions implicitly (transaction version 2,
-# KIP-890); a producer that adds them with AddPartitionsToTxn stays at v11, as Java does.
-_PRODUCE_MAX_VERSION_TXN_V1 = 11
 
 
 class _Waker:
@@ -138,8 +135,8 @@ class Sender:
         # and a partition's batches are drained only once it was added to the transaction
         self._txn = transactions
         self._transactional_id = transactions.transactional_id if transactions else None
-        self._produce_max_version = _PRODUCE_MAX_VERSION_TXN_V1 if transactions else \
-            _PRODUCE_MAX_VERSION_BY_NAME
+        # a transactional producer asks its TransactionManager (v11 or v12, KIP-890)
+        self._produce_max_version = _PRODUCE_MAX_VERSION_BY_NAME
         # starts background tasks: the producer's supervisor, so that a crash turns it fatal
         self._spawn = spawn or _plain_spawn
         # (node, now in ms, could drain): feeds partitioner.availability.timeout.ms, which
@@ -439,7 +436,9 @@ class Sender:
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
                         for t, p in topics.items()])
         try:
-            version = conn.version_for(ProduceRequest, max_version=self._produce_max_version)
+            version = conn.version_for(
+                ProduceRequest, max_version=self._txn.produce_max_version
+                if self._txn is not None else self._produce_max_version)
             future = conn.send(request, version=version, expect_response=self._acks != 0)
         except KafkaError as exc:  # e.g. no Produce version in common: nothing left the client
             for batch in batches:

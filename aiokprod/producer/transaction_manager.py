@@ -45,9 +45,11 @@ from aiokprod.producer.transactions import (
 from aiokprod.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    ApiVersionsRequest,
     EndTxnRequest,
     FindCoordinatorRequest,
     InitProducerIdRequest,
+    ProduceRequest,
     TxnOffsetCommitRequest,
 )
 
@@ -60,9 +62,18 @@ _TRANSACTION_KEY = 1
 # Versions 4+ of AddPartitionsToTxn are for brokers verifying transactions (KIP-890); clients
 # send v3 and below.
 _ADD_PARTITIONS_CLIENT_MAX = 3
-# EndTxn v5 and TxnOffsetCommit v5 belong to transaction version 2 (KIP-890), not used here.
+# Transaction version 1 (KIP-98): EndTxn up to v4, Produce up to v11 (v12 tells the broker the
+# client relies on implicit partition adds). Version 2 (KIP-890): EndTxn v5, whose answer
+# carries the epoch the coordinator bumped, and Produce v12, which adds partitions implicitly.
 _END_TXN_V1_MAX = 4
+_END_TXN_V2 = 5
+_PRODUCE_V1_MAX = 11
+_PRODUCE_V2 = 12
 _TXN_OFFSET_COMMIT_V1_MAX = 4
+#: The highest transaction version used where the cluster finalizes it (tests lower it to run
+#: the version-1 protocol against a broker that offers both).
+MAX_TRANSACTION_VERSION = 2
+_TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 _C = ErrorCode
 # retried against a coordinator looked up again
@@ -137,6 +148,9 @@ class TransactionManager:
         self.transactions_committed = 0  # for statistics and tests
         self.transactions_aborted = 0
         self.add_partitions_requests = 0
+        # 1 (AddPartitionsToTxn, KIP-98) or 2 (implicit adds, an epoch bump per EndTxn,
+        # KIP-890), decided at initialize() from the cluster's finalized features
+        self.transaction_version = 1
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -195,7 +209,17 @@ class TransactionManager:
             self.become_abortable(KafkaError(
                 "the producer epoch must be bumped (a sequence error); abort the transaction"))
             return False
+        if self.transaction_version >= 2:
+            # KIP-890: the partition leader adds it to the transaction itself (Produce v12)
+            self.partitions.added.add((topic, partition))
+            return True
         return self.partitions.may_send((topic, partition))
+
+    @property
+    def produce_max_version(self) -> int:
+        """Produce v12 only under transaction version 2: it tells the broker to add the
+        partition implicitly; AddPartitionsToTxn users stay at v11, as Java does."""
+        return _PRODUCE_V2 if self.transaction_version >= 2 else _PRODUCE_V1_MAX
 
     def after_drain(self) -> None:
         """Once per sender wake-up: one AddPartitionsToTxn for every partition seen pending."""
@@ -355,7 +379,38 @@ class TransactionManager:
         aborts what they left open); on success the producer holds its id and epoch."""
         self.check_fatal()
         self.fire(TxnEvent.INIT_STARTED)
+        self.transaction_version = await self._detect_transaction_version(deadline)
         await self._init_producer_id(deadline, "InitProducerId")
+
+    async def _detect_transaction_version(self, deadline: float) -> int:
+        """2 where the cluster finalizes transaction.version >= 2 (ApiVersions v3's finalized
+        features) and the broker serves EndTxn v5 and Produce v12; 1 otherwise, including when
+        the question cannot be answered in time (version 1 works on every broker)."""
+        if MAX_TRANSACTION_VERSION < 2:
+            return 1
+        try:
+            conn = await self._cluster.least_loaded_connection(self._bounded_ms(deadline))
+            versions = conn.broker_versions
+            if versions.get(EndTxnRequest.API_KEY, (0, 0))[1] < _END_TXN_V2 or \
+                    versions.get(ProduceRequest.API_KEY, (0, 0))[1] < _PRODUCE_V2:
+                return 1
+            version = min(3, conn.version_for(ApiVersionsRequest))
+            if version < 3:
+                return 1  # finalized features arrived with v3
+            response = await conn.request(
+                ApiVersionsRequest(client_software_name="aiokprod",
+                                   client_software_version="txn"),
+                version=version, timeout_ms=self._bounded_ms(deadline))
+        except (KafkaError, OSError) as exc:
+            log.debug("[client %s] finalized features unknown (%s): transaction version 1",
+                      self._client, exc)
+            return 1
+        level = max((f.max_version_level for f in response.finalized_features
+                     if f.name == _TRANSACTION_VERSION_FEATURE), default=0)
+        chosen = 2 if level >= 2 else 1
+        log.info("[client %s] transaction version %d (cluster finalizes %s=%d)", self._client,
+                 chosen, _TRANSACTION_VERSION_FEATURE, level)
+        return chosen
 
     async def _init_producer_id(self, deadline: float, what: str) -> None:
         idem = self._idem
@@ -560,14 +615,21 @@ class TransactionManager:
                 return EndTxnRequest(
                     transactional_id=self.transactional_id, producer_id=pid,
                     producer_epoch=epoch, committed=commit), \
-                    conn.version_for(EndTxnRequest, max_version=_END_TXN_V1_MAX)
+                    conn.version_for(EndTxnRequest, max_version=_END_TXN_V2
+                                     if self.transaction_version >= 2 else _END_TXN_V1_MAX)
 
-            _, code, _v = await self._call(build, lambda r: [r.error_code], deadline, what)
+            response, code, version = await self._call(build, lambda r: [r.error_code],
+                                                       deadline, what)
             if code is not ErrorCode.NONE:
                 abortable = commit and code in (ErrorCode.TRANSACTION_ABORTABLE,
                                                 ErrorCode.UNKNOWN_PRODUCER_ID,
                                                 ErrorCode.INVALID_PRODUCER_ID_MAPPING)
                 raise self._fail_with(code, what, abortable=abortable)
+            if version >= _END_TXN_V2 and response.producer_id >= 0 and \
+                    response.producer_epoch >= 0:
+                # KIP-890: the coordinator bumped the epoch; the next transaction uses it
+                self._idem.on_epoch_bumped_by_broker(response.producer_id,
+                                                     response.producer_epoch)
         self.partitions.clear()
         if commit:
             self.transactions_committed += 1

@@ -23,9 +23,18 @@ from aiokprod.errors import (
     ProducerFencedError,
     TransactionAbortableError,
 )
+from aiokprod.producer import transaction_manager
 from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
+
+
+@pytest.fixture(params=[1, 2], ids=["txn-v1", "txn-v2"])
+def transaction_version(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Run with the KIP-98 protocol and with KIP-890's transaction version 2 (Kafka 4.1.1
+    finalizes transaction.version=2 and still serves version 1)."""
+    monkeypatch.setattr(transaction_manager, "MAX_TRANSACTION_VERSION", request.param)
+    return int(request.param)
 
 
 def _txn_id() -> str:
@@ -44,12 +53,14 @@ def _values(records: list[object]) -> list[bytes]:
 
 
 async def test_committed_records_are_visible_exactly_once_and_aborted_ones_only_uncommitted(
-    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int
 ) -> None:
     topic = kafka_topic(partitions=3)
     async with _producer(kafka, _txn_id()) as producer:
         assert producer._txn is not None
         assert producer._txn.state is TransactionState.READY
+        assert producer._txn.transaction_version == transaction_version
+        epoch = producer._txn._idem.producer_epoch
         async with producer.transaction():
             for i in range(30):
                 await producer.send(topic, f"c1-{i}".encode(), key=str(i).encode())
@@ -66,6 +77,11 @@ async def test_committed_records_are_visible_exactly_once_and_aborted_ones_only_
             await producer.send_many(topic, [f"c2-{i}".encode() for i in range(10)])
         assert producer._txn.transactions_committed == 2
         assert producer._txn.transactions_aborted == 2
+        # version 2 bumps the epoch at every EndTxn (KIP-890; 3 or 4 were sent: the "boom"
+        # abort needs none if nothing of it left the client); version 1 only when an abort
+        # left sequences the broker cannot continue
+        bumps = producer._txn._idem.producer_epoch - epoch
+        assert bumps >= 3 if transaction_version == 2 else bumps <= 2
         metrics = producer.metrics()
     committed = {f"c1-{i}".encode() for i in range(30)} | {f"c2-{i}".encode()
                                                             for i in range(10)}
@@ -101,7 +117,7 @@ async def test_send_outside_a_transaction_raises_at_once(
 
 
 async def test_a_second_producer_with_the_same_id_fences_the_first(
-    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int
 ) -> None:
     topic = kafka_topic(partitions=2)
     txn_id = _txn_id()
@@ -135,7 +151,7 @@ async def test_a_second_producer_with_the_same_id_fences_the_first(
 
 
 async def test_offsets_sent_to_the_transaction_are_committed_with_it(
-    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int
 ) -> None:
     source, sink = kafka_topic(partitions=2), kafka_topic()
     group = f"aiokprod-group-{uuid.uuid4().hex[:8]}"
@@ -172,7 +188,7 @@ async def test_send_offsets_outside_a_transaction_is_illegal(kafka: KafkaCluster
 
 
 async def test_a_failed_record_makes_the_transaction_abortable_and_abort_recovers(
-    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int
 ) -> None:
     topic = kafka_topic(config={"max.message.bytes": "2000"})
     async with _producer(kafka, _txn_id()) as producer:
@@ -210,7 +226,7 @@ async def test_abort_fails_queued_records_with_a_clear_error(
 
 
 async def test_close_with_an_open_transaction_aborts_it(
-    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int
 ) -> None:
     topic = kafka_topic()
     first = _producer(kafka, _txn_id())

@@ -13,16 +13,22 @@ import asyncio
 import uuid
 from collections.abc import Callable
 
+import pytest
+
 from aiokprod import Producer
-from aiokprod.protocol import EndTxnRequest
+from aiokprod.producer import transaction_manager
+from aiokprod.protocol import AddPartitionsToTxnRequest, EndTxnRequest
 from support.kafka_cluster import KafkaCluster
 from support.proxy import ProxyThread
 from support.reader import read_back
 
 
+@pytest.mark.parametrize("transaction_version", [1, 2], ids=["txn-v1", "txn-v2"])
 def test_lost_produce_and_end_txn_answers_still_commit_exactly_once(
-    kafka_factory: Callable[..., KafkaCluster]
+    kafka_factory: Callable[..., KafkaCluster], transaction_version: int,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(transaction_manager, "MAX_TRANSACTION_VERSION", transaction_version)
     with ProxyThread(seed=13) as proxy:
         cluster = kafka_factory(brokers=1, advertised_ports={1: proxy.port})
         proxy.set_upstream("127.0.0.1", cluster.port(1))
@@ -34,6 +40,7 @@ def test_lost_produce_and_end_txn_answers_still_commit_exactly_once(
                                 transactional_id=f"faults-{uuid.uuid4().hex[:8]}",
                                 request_timeout_ms=1500, max_block_ms=20000) as producer:
                 assert producer._txn is not None
+                assert producer._txn.transaction_version == transaction_version
                 # first transaction: one Produce answer lost after the append
                 proxy.faults.drop_produce_response(times=1)
                 async with producer.transaction():
@@ -59,6 +66,9 @@ def test_lost_produce_and_end_txn_answers_still_commit_exactly_once(
         assert stats.responses_stalled >= 1
         # two commits, one abort, and the commit re-sent after the held answer
         assert stats.requests_by_api_key.get(EndTxnRequest.API_KEY, 0) >= 4
+        adds = stats.requests_by_api_key.get(AddPartitionsToTxnRequest.API_KEY, 0)
+        # version 2 adds partitions implicitly with Produce v12 (KIP-890)
+        assert adds == 0 if transaction_version == 2 else adds >= 3
         records = read_back(cluster.bootstrap, topic, expected=600, timeout=30, settle=1.0)
     values = [r.value for r in records]
     assert len(values) == len(set(values)) == 600  # all of both commits, once each

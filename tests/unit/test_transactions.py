@@ -135,3 +135,17 @@ def test_offsets_alone_start_a_transaction_on_the_coordinator() -> None:
 def test_consumer_group_metadata_defaults_are_those_of_a_plain_group_id() -> None:
     meta = ConsumerGroupMetadata("g")
     assert (meta.generation_id, meta.member_id, meta.group_instance_id) == (-1, "", None)
+
+
+def test_an_epoch_bumped_by_end_txn_is_adopted() -> None:
+    # transaction version 2 (KIP-890): every EndTxn answer carries the bumped epoch
+    from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
+
+    idem = IdempotenceManager(transactional=True, bump_via_init_producer_id=True)
+    idem.init_producer_id_params()
+    idem.on_producer_id(7, 0)
+    idem.on_epoch_bumped_by_broker(7, 1)
+    assert (idem.state, idem.producer_id, idem.producer_epoch) == (ProducerIdState.READY, 7, 1)
+    idem.on_epoch_bumped_by_broker(7, 2)
+    assert (idem.state, idem.producer_epoch) == (ProducerIdState.READY, 2)
+    assert idem.statistics().epoch_bumps == 2
