@@ -124,6 +124,11 @@ class RecordAccumulator:
         self._closed = False  # close(): everything is sendable, no new appends
         self._drain_index: dict[int, int] = {}  # node → rotation start for fairness
         self._queued_records = 0  # incrementally kept for statistics()
+        # max.in.flight.requests.per.connection=1 promises order without idempotence: a
+        # partition with a batch on the wire is muted — neither ready nor drained — so a later
+        # batch cannot overtake it through a new leader (Java's guaranteeMessageOrder)
+        self.guarantee_order = False
+        self._muted: set[tuple[str, int]] = set()
         # partitions grouped by leader, valid for one ClusterView (views are replaced, not mutated)
         self._nodes_cache: tuple[ClusterView, dict[int, list[_PartitionQueue]]] | None = None
         # an idempotent producer's record of each partition's sequence order (the sender sets
@@ -385,6 +390,8 @@ class RecordAccumulator:
                 batches = queue.batches
                 if not batches:
                     continue
+                if self._muted and (topic, partition) in self._muted:
+                    continue  # its batch on the wire must be answered first
                 leader = meta.leader(partition) if meta is not None else -1
                 if leader < 0:
                     result.unknown_leader_topics.add(topic)
@@ -443,6 +450,8 @@ class RecordAccumulator:
                     # D1: stop here; the rest goes in the next request
                     self._drain_index[node] = (start + i) % n
                     break
+                if self._muted and (queue.topic, queue.partition) in self._muted:
+                    continue
                 if not can_send(first):
                     continue
                 queue.batches.popleft()
@@ -644,6 +653,15 @@ class RecordAccumulator:
 
     def incomplete_batches(self) -> list[ProducerBatch]:
         return list(self._incomplete)
+
+    def mute(self, topic: str, partition: int) -> None:
+        """A batch of the partition went on the wire (only with ``guarantee_order``)."""
+        self._muted.add((topic, partition))
+
+    def unmute(self, topic: str, partition: int) -> None:
+        """The partition's batch on the wire was answered (or failed): it may send again."""
+        if self._muted:
+            self._muted.discard((topic, partition))
 
     def topic_in_use(self, topic: str) -> bool:
         """Records of ``topic`` are queued: its metadata must not expire (the sender still

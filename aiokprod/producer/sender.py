@@ -149,6 +149,8 @@ class Sender:
         self._delivery_timeout = delivery_timeout_ms / 1000
         self._retries = retries
         self._max_in_flight = max_in_flight
+        # one request per connection promises order even without idempotence (docs/batching.md)
+        accumulator.guarantee_order = max_in_flight == 1
         self._max_request_size = max_request_size
         self._transaction_timeout_ms = transaction_timeout_ms
         self._client = client_id
@@ -452,6 +454,9 @@ class Sender:
         self._in_flight_requests[node] = self._in_flight_requests.get(node, 0) + 1
         for batch in batches:
             self._in_flight.add(batch)
+        if self._acc.guarantee_order:
+            for batch in batches:
+                self._acc.mute(batch.topic, batch.partition)
         metrics = self._metrics
         size = 0
         if metrics is not None:
@@ -543,9 +548,16 @@ class Sender:
 
     # ---- outcomes --------------------------------------------------------------------------
 
+    def _settle(self, batch: ProducerBatch) -> None:
+        """The batch is no longer on the wire: whatever comes next (completion, a retry, a
+        split, a failure), its partition may send again."""
+        self._in_flight.discard(batch)
+        if self._acc.guarantee_order:
+            self._acc.unmute(batch.topic, batch.partition)
+
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                   duplicate: bool = False) -> None:
-        self._in_flight.discard(batch)
+        self._settle(batch)
         if self._idem is not None:
             # also for a batch that already expired: its success resolves it (step 1a)
             self._idem.on_success(batch, base_offset=base_offset, duplicate=duplicate)
@@ -554,8 +566,14 @@ class Sender:
         batch.complete(base_offset, log_append_time, self._on_ack)
         self._acc.release(batch)
 
-    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        self._in_flight.discard(batch)
+    def _fail(self, batch: ProducerBatch, error: BaseException, *,
+              still_on_wire: bool = False) -> None:
+        if still_on_wire:
+            # expired while its request is unanswered: it leaves our bookkeeping, but its
+            # partition stays muted until the answer (or the connection's end) arrives
+            self._in_flight.discard(batch)
+        else:
+            self._settle(batch)
         if batch.done:
             return
         self._failed_batches += 1
@@ -586,7 +604,7 @@ class Sender:
 
     def _retry(self, batch: ProducerBatch, error: BaseException, now: float, *,
                count_attempt: bool = True) -> None:
-        self._in_flight.discard(batch)
+        self._settle(batch)
         if not count_attempt:
             batch.attempts -= 1  # reenqueue counts one; this was no attempt
         self._retries_done += 1
@@ -599,7 +617,7 @@ class Sender:
                       now: float) -> None:
         """One batch's error: retry, split, fail or go fatal, as policy and idempotence say."""
         if batch.done:
-            self._in_flight.discard(batch)
+            self._settle(batch)
             return
         past_deadline = now - batch.created_at >= self._delivery_timeout
         decision = classify(
@@ -614,7 +632,7 @@ class Sender:
         if action is Action.RETRY:
             self._retry(batch, error, now)
         elif action is Action.SPLIT:
-            self._in_flight.discard(batch)
+            self._settle(batch)
             self._split(batch, now)
         elif action is Action.FATAL:
             self._fail(batch, error)
@@ -651,7 +669,7 @@ class Sender:
         for batch in [b for b in self._in_flight if now - b.created_at >= deadline]:
             if self._idem is not None:
                 self._idem.on_delivery_timeout(batch, possibly_written=True)
-            self._fail(batch, self._acc.delivery_timeout_error(batch, now))
+            self._fail(batch, self._acc.delivery_timeout_error(batch, now), still_on_wire=True)
 
     def _next_in_flight_expiry(self, now: float) -> float:
         if not self._in_flight:

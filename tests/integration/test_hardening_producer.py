@@ -303,15 +303,17 @@ async def test_memory_a_send_waited_for_is_not_taken_by_another_batch(
 async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_draw(
     mock_cluster: Any, topic_name: str
 ) -> None:
-    # 6 partitions over brokers 1-3; broker 1 answers after 1.5 s and takes one request at a
-    # time, so it has data ready it cannot take. With the availability timeout at 100 ms the
-    # unkeyed records go to the other leaders' partitions instead.
+    # 6 partitions over brokers 1-3; broker 1 answers after 1.5 s and takes two requests at a
+    # time, so it soon has data ready it cannot take. With the availability timeout at 100 ms
+    # the unkeyed records go to the other leaders' partitions instead. (Not one request at a
+    # time: with max.in.flight=1 a partition with a batch on the wire is muted — not ready at
+    # all — so there is nothing "ready but not drained" to time out, as in Java.)
     mock_cluster.create_topic(topic_name, 6)
     for p in range(6):
         mock_cluster.set_partition_leader(topic_name, p, 1 + p % 3)
     async with Producer(bootstrap_servers=mock_cluster.bootstrap, linger_ms=0,
                         batch_size=1024, enable_idempotence=False, acks=1,
-                        max_in_flight_requests_per_connection=1,
+                        max_in_flight_requests_per_connection=2,
                         partitioner_availability_timeout_ms=100) as producer:
         await producer.partitions_for(topic_name)
         mock_cluster.broker_set_rtt(1, 1500)
