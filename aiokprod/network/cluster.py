@@ -605,10 +605,6 @@ class Cluster:
             return 0.0
         return self._states.delay(node_id, self._clock())
 
-    def is_connecting(self, node_id: int) -> bool:
-        link = self._links.get(node_id)
-        return link is not None and link.connecting is not None
-
     async def connection(self, node_id: int, timeout_ms: float | None = None) -> BrokerConnection:
         """A connection to ``node_id``, connecting if needed, within ``timeout_ms``
         (request.timeout.ms by default); honours the reconnect backoff between attempts.

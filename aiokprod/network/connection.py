@@ -278,11 +278,9 @@ class BrokerConnection:
         self._unanswered: deque[int] = deque(maxlen=4096)
         self._next_correlation_id = 0
         self._closed_cause: KafkaError | None = None
-        self._closed_event = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline = float("inf")
         self._write_paused = False
-        self._drain_waiter: asyncio.Future[None] | None = None
         # requests sent expecting no answer, written while the transport was paused: (deadline,
         # future); resolved when it resumes, failed with the connection, bounded by the timer
         self._unflushed: deque[tuple[float, asyncio.Future[Any]]] = deque()
@@ -598,14 +596,6 @@ class BrokerConnection:
             future.add_done_callback(_retrieve)  # its outcome has no reader any more
             raise
 
-    async def drain(self) -> None:
-        """Wait while the transport's write buffer is above its high-water mark."""
-        if not self._write_paused or self._closed_cause is not None:
-            return
-        if self._drain_waiter is None or self._drain_waiter.done():
-            self._drain_waiter = self._loop.create_future()
-        await asyncio.shield(self._drain_waiter)
-
     def _on_resume_writing(self) -> None:
         """The buffer drained below the low-water mark: what was waiting in it is sent."""
         self._write_paused = False
@@ -613,9 +603,6 @@ class BrokerConnection:
         for _, future in unflushed:
             if not future.done():
                 future.set_result(None)
-        waiter = self._drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
         if self.on_writable is not None and self._closed_cause is None:
             self.on_writable()
 
@@ -756,8 +743,6 @@ class BrokerConnection:
         for _, future in unflushed:
             if not future.done():
                 future.set_exception(cause)
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
         if self._reauth_timer is not None:
             self._reauth_timer.cancel()
             self._reauth_timer = None
@@ -769,7 +754,6 @@ class BrokerConnection:
             self._reauth_task.cancel()
         if self._transport is not None:
             self._transport.abort()
-        self._closed_event.set()
         if first and self.on_close is not None:
             self.on_close()
 
@@ -780,9 +764,6 @@ class BrokerConnection:
     @property
     def closed_cause(self) -> KafkaError | None:
         return self._closed_cause
-
-    async def wait_closed(self) -> None:
-        await self._closed_event.wait()
 
     # ---- introspection ---------------------------------------------------------------------
 

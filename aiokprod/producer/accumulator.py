@@ -366,11 +366,6 @@ class RecordAccumulator:
         queue = parts.get(partition) if parts is not None else None
         return [] if queue is None else list(queue.batches)
 
-    def queue_sizes(self, topic: str) -> dict[int, int]:
-        """Batches queued per partition: the adaptive partitioner's load signal (KIP-794)."""
-        parts = self._queues.get(topic)
-        return {} if parts is None else {p: len(q.batches) for p, q in parts.items()}
-
     # ---- the sender's side ---------------------------------------------------------------
 
     def ready(self, view: ClusterView, now: float) -> ReadyCheck:

@@ -169,7 +169,6 @@ class Sender:
         self._batches_sent = 0
         self._retries_done = 0
         self._failed_batches = 0
-        self._idle = asyncio.Event()
         cluster.on_change.append(self.wakeup)
         if metrics is not None:
             metrics.bind_gauge("requests-in-flight",
