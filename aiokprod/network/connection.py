@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, cast
 
+from aiokprod import __version__
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
@@ -257,7 +258,7 @@ class BrokerConnection:
         request_timeout_ms: int = 30000,
         clock: Callable[[], float] = time.monotonic,
         software_name: str = "aiokprod",
-        software_version: str = "0.1.0",
+        software_version: str = __version__,
         security: SecurityOptions | None = None,
     ) -> None:
         self.host = host
