@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     )
     from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
     from aiokprod.network.security import OAuthToken
-    from aiokprod.producer.batch import RecordMetadata
+    from aiokprod.producer.record_metadata import RecordMetadata
     from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.producer import Producer, ProducerHealth
     from aiokprod.producer.transactions import ConsumerGroupMetadata
@@ -66,7 +66,7 @@ _LAZY = {
     "Producer": "aiokprod.producer.producer",
     "ProducerHealth": "aiokprod.producer.producer",
     "ProducerConfig": "aiokprod.config",
-    "RecordMetadata": "aiokprod.producer.batch",
+    "RecordMetadata": "aiokprod.producer.record_metadata",
     "SendManyResult": "aiokprod.producer.bulk",
 }
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+from aiokprod.producer.record_metadata import RecordMetadata
 from aiokprod.records import RecordBatchBuilder, restamp
 
 if TYPE_CHECKING:
@@ -24,17 +25,6 @@ __all__ = ["DELIVERY_STRIDE", "ProducerBatch", "RecordMetadata"]
 DELIVERY_STRIDE = 5  # slots per record in ProducerBatch.deliveries
 
 log = logging.getLogger(__name__)
-
-
-class RecordMetadata(NamedTuple):
-    """What the broker told us about one acknowledged record."""
-
-    topic: str
-    partition: int
-    offset: int  # -1 with acks=0, or when the broker answered DUPLICATE_SEQUENCE_NUMBER
-    timestamp: int  # create time, or the broker's log-append time when the topic uses it
-    serialized_key_size: int  # -1 for a null key
-    serialized_value_size: int  # -1 for a null value
 
 
 class ProducerBatch:
