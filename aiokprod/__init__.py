@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     )
     from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
     from aiokprod.network.security import OAuthToken
-    from aiokprod.producer.record_metadata import RecordMetadata
     from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.producer import Producer, ProducerHealth
+    from aiokprod.producer.record_metadata import RecordMetadata
     from aiokprod.producer.transactions import ConsumerGroupMetadata
 
 # The one place the version is written: pyproject.toml reads it (setuptools dynamic version).
