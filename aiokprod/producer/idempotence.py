@@ -309,11 +309,28 @@ class IdempotenceManager:
     # ---- producer id ----------------------------------------------------------------------
 
     def needs_producer_id(self) -> bool:
-        """The sender must (keep trying to) send InitProducerId before anything else."""
-        if self._state in (ProducerIdState.UNINITIALIZED, ProducerIdState.INITIALIZING):
+        """The sender must (keep trying to) send InitProducerId before anything else.
+
+        A fresh id replacing one we held waits until no batch is on the wire (librdkafka's
+        drain-before-reset): a broker that lost our state may hand out the same id and epoch
+        again, and a batch still travelling under the old pair would then land as if it were
+        the new numbering's — written twice, or ahead of batches appended before it. The wait
+        is bounded: every request on the wire is answered or fails by request.timeout.ms.
+        """
+        state = self._state
+        if state in (ProducerIdState.UNINITIALIZED, ProducerIdState.INITIALIZING):
+            fresh_id = True
+        elif self._bump_via_broker and state is ProducerIdState.BUMPING:
             return True
-        return self._bump_via_broker and self._state in (ProducerIdState.BUMP_REQUIRED,
-                                                         ProducerIdState.BUMPING)
+        elif self._bump_via_broker and state is ProducerIdState.BUMP_REQUIRED:
+            # init_producer_id_params turns this into a fresh-id request in these two cases
+            fresh_id = not self._bump_supported or self._producer_epoch >= MAX_PRODUCER_EPOCH
+        else:
+            return False
+        return not fresh_id or self._last_pair is None or not self._any_on_wire()
+
+    def _any_on_wire(self) -> bool:
+        return any(p.on_wire_count for p in self._partitions.values())
 
     def init_producer_id_params(self) -> tuple[int, int]:
         """(producer id, epoch) for the InitProducerId the sender is about to send.
