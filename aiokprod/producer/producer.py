@@ -76,6 +76,8 @@ class Producer:
         self._supervisor: Supervisor | None = None
         self._cluster: Cluster | None = None
         self._sender: Sender | None = None
+        # set when a batch filled or opened since send() last yielded (see send())
+        self._yield_due = False
         self._acc: RecordAccumulator | None = None
         self._pool: BufferPool | None = None
         self._metrics: ProducerMetrics | None = None
@@ -279,9 +281,16 @@ class Producer:
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; returns its delivery future (await it for ``RecordMetadata``).
 
-        Suspends only to wait for the topic's metadata or for buffer memory, each at most
-        ``max_block_ms``. Cancelling it while it waits leaves nothing queued.
+        Suspends to wait for the topic's metadata or for buffer memory, each at most
+        ``max_block_ms``, and once after a batch filled or opened: in a tight ``await send()``
+        loop nothing else would yield, and the sender would not run until memory ran out
+        (Java wakes its sender thread when a batch fills; on one event loop the sender needs
+        the loop). Cancelling it while it waits leaves nothing queued.
         """
+        if self._yield_due:
+            # before anything of this record is queued, so a cancellation here loses nothing
+            self._yield_due = False
+            await asyncio.sleep(0)
         try:
             acc, _sender = self._sending_parts()
             if self._interceptors:
@@ -880,6 +889,7 @@ class Producer:
                                  "or use `async with Producer(...)`")
 
     def _wakeup(self) -> None:
+        self._yield_due = True
         sender = self._sender
         if sender is not None:
             sender.wakeup()

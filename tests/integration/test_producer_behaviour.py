@@ -373,20 +373,45 @@ async def test_close_leaves_no_task_behind_and_survives_cancellation(
     assert not leftover, leftover
 
 
-async def test_send_does_not_suspend_when_metadata_and_memory_are_there(
+async def test_send_suspends_only_once_per_batch_when_metadata_and_memory_are_there(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
-    """Issue 3: send() returns as soon as the record is queued, without yielding to the loop,
-    unless it must wait for metadata or memory. Driven by hand, the coroutine must finish on
-    its first step (StopIteration carries the delivery future)."""
-    topic = new_topic()
-    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0) as producer:
+    """send() queues the record without waiting, except for one loop turn after a batch
+    filled or opened (so the sender runs). Driven by hand, each call finishes on its first or
+    second step (StopIteration carries the delivery future); second steps are at most one per
+    batch."""
+    topic = new_topic(partitions=1)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0,
+                        batch_size=4096) as producer:
         await producer.send_and_wait(topic, b"metadata is known now")
-        for i in range(500):  # new batches, full batches, sticky switches included
-            coro = producer.send(topic, f"{i}".encode() * 40)
+        suspended = 0
+        for i in range(500):  # ~1 KB records: three to a 4 KiB batch, so 167 batches
+            coro = producer.send(topic, f"{i:04d}".encode() * 250)
+            steps = 0
             with pytest.raises(StopIteration) as finished:
-                coro.send(None)
+                while True:
+                    steps += 1
+                    assert steps <= 2, "send() suspended more than once"
+                    coro.send(None)
+            suspended += steps - 1
             delivery = finished.value.value
             assert isinstance(delivery, asyncio.Future)
         await producer.flush()
         assert delivery.done() and delivery.result().offset >= 0
+        # at most one turn when a batch opened and one when it filled
+        assert 167 <= suspended <= 2 * 167, suspended
+
+
+async def test_a_tight_send_loop_lets_the_sender_run(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """Issue 16: a loop that awaits nothing but send() used to starve the sender until memory
+    ran out: no record was acknowledged before the loop ended. Now send() yields once per
+    filled batch, so acknowledgements arrive while the loop still runs."""
+    topic = new_topic(partitions=1)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5) as producer:
+        await producer.send_and_wait(topic, b"warm-up")
+        futures = [await producer.send(topic, b"x" * 100) for _ in range(30_000)]
+        done_during_loop = sum(f.done() for f in futures)
+        await asyncio.gather(*futures)
+    assert done_during_loop > 0, "the sender never ran during a 30,000-record send loop"
