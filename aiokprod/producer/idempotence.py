@@ -223,6 +223,9 @@ class IdempotenceManager:
         self._partitions: dict[_TP, PartitionSequenceState] = {}
         self._with_unresolved: set[_TP] = set()  # step 1 visits only these
         self._in_flight_total = 0
+        # batches failed by delivery.timeout.ms while their request was still unanswered: the
+        # request can still land, so they count as on the wire until its answer comes
+        self._expired_on_wire: set[SequencedBatch] = set()
         self._epoch_bumps = 0
         self._fresh_producer_ids = 0  # InitProducerId answers with a new id
         self._sequence_resets = 0
@@ -330,7 +333,8 @@ class IdempotenceManager:
         return not fresh_id or self._last_pair is None or not self._any_on_wire()
 
     def _any_on_wire(self) -> bool:
-        return any(p.on_wire_count for p in self._partitions.values())
+        return bool(self._expired_on_wire) or any(
+            p.on_wire_count for p in self._partitions.values())
 
     def init_producer_id_params(self) -> tuple[int, int]:
         """(producer id, epoch) for the InitProducerId the sender is about to send.
@@ -572,6 +576,7 @@ class IdempotenceManager:
                    duplicate: bool = False) -> None:
         """Step 9 (and DUPLICATE_SEQUENCE_NUMBER, ``duplicate=True``, offset -1): the records
         are written. Also for a batch that already expired: its success resolves (step 1a)."""
+        self._expired_on_wire.discard(batch)
         p = self.partition_state(batch)
         entry = p.entry_for(batch)
         if entry is not None:
@@ -748,12 +753,19 @@ class IdempotenceManager:
         if entry is None:
             return
         written = entry.on_wire or entry.possibly_written or possibly_written
+        if entry.on_wire:
+            self._expired_on_wire.add(batch)
         p.remove(entry)
         self._in_flight_total -= 1
         if written:
             self._add_unresolved(p, entry)
         else:
             self._request_reset(p, f"sequence {batch.base_sequence} expired unsent")
+
+    def on_late_answer(self, batch: SequencedBatch) -> None:
+        """An error answer (or the connection's end) for a batch already failed by
+        delivery.timeout.ms: its request no longer travels (a success goes to ``on_success``)."""
+        self._expired_on_wire.discard(batch)
 
     def _add_unresolved(self, p: PartitionSequenceState, entry: InFlightEntry) -> None:
         batch = entry.batch

@@ -617,6 +617,8 @@ class Sender:
         """One batch's error: retry, split, fail or go fatal, as policy and idempotence say."""
         if batch.done:
             self._settle(batch)
+            if self._idem is not None:
+                self._idem.on_late_answer(batch)
             return
         past_deadline = now - batch.created_at >= self._delivery_timeout
         decision = classify(

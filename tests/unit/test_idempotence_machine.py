@@ -238,6 +238,7 @@ class Harness:
         """Sender._handle_error."""
         if batch.done:
             self.on_wire.discard(batch)
+            self.idem.on_late_answer(batch)
             return Action.FAIL
         now = self.clock.now
         past_deadline = now - batch.created_at >= DELIVERY_TIMEOUT_MS / 1000
@@ -526,3 +527,27 @@ def test_no_fresh_producer_id_while_a_batch_of_the_old_one_is_on_the_wire() -> N
     assert machine.h.idem.producer_id == -1 and not machine.h.idem.needs_producer_id()
     assert not machine.broker.handed_out, "InitProducerId sent with a batch on the wire"
     machine.teardown()  # everything completes: no record twice, append order kept
+
+
+def test_a_request_that_outlived_its_batch_is_answered_before_a_fresh_producer_id() -> None:
+    """Also found by the machine: a batch failed by delivery.timeout.ms while its request was
+    still unanswered. The request can still land; taken by a broker that meanwhile handed
+    out the old id and epoch again, it was written as the new numbering's sequence 0 and a
+    later record of the partition was written ahead of an earlier one ([1, 4, 3])."""
+    machine = ProducerMachine()
+    machine.start_partition_1_near_the_wrap(gap=1)
+    machine.broker_restarts()
+    machine.append(n=1, p=0)
+    machine.append(n=1, p=1)
+    machine.drain()
+    machine.time_passes(seconds=31.0)  # both fail while their requests are on the wire
+    machine.drain()
+    assert not machine.broker.handed_out, "InitProducerId sent while a request travels"
+    machine.broker_handles(fault="ok")
+    machine.append(n=1, p=0)
+    machine.client_hears()
+    machine.broker_handles(fault="ok")
+    machine.client_hears()
+    machine.drain()
+    machine.append(n=1, p=0)
+    machine.teardown()
