@@ -48,6 +48,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import ProtocolError
 from aiokprod.protocol import (
     ApiVersionsRequest,
@@ -73,7 +74,7 @@ TANSU_BIN_ENV = "CALF_TANSU_BIN"
 # services, so they are removed from the child's environment to keep it self-contained.
 _SCRUBBED_ENV = ("OTEL_EXPORTER_OTLP_ENDPOINT", "SCHEMA_REGISTRY")
 
-_UNKNOWN_TOPIC_OR_PARTITION = 3
+_UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 _TAIL_LINES = 40
 # Colour codes, in case a Tansu build ignores NO_COLOR.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -169,7 +170,7 @@ def _round_trip(host: str, port: int, request: Any, version: int, *, timeout: fl
 
 def _api_versions(host: str, port: int, timeout: float) -> dict[int, tuple[int, int]]:
     response = _round_trip(host, port, ApiVersionsRequest(), 0, timeout=timeout)
-    if response.error_code != 0:
+    if response.error_code != ErrorCode.NONE:
         raise _WireError(f"ApiVersions error code {response.error_code}")
     return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
@@ -495,7 +496,7 @@ class TansuBroker:
         except (_WireError, struct.error) as exc:
             raise DevBrokerError(f"metadata request to {self.bootstrap} failed: {exc}") from exc
         error_code, partitions = view.topics.get(topic, (_UNKNOWN_TOPIC_OR_PARTITION, []))
-        return partitions if error_code == 0 else []
+        return partitions if error_code == ErrorCode.NONE else []
 
     def create_topic(
         self,
@@ -550,7 +551,8 @@ class TansuBroker:
             remaining = deadline - time.monotonic()
             with contextlib.suppress(DevBrokerError):
                 found = self.partitions(name, timeout=max(0.1, min(1.0, remaining)))
-            if len(found) == partitions and all(p.leader >= 0 and p.error_code == 0 for p in found):
+            if len(found) == partitions and all(
+                    p.leader >= 0 and p.error_code == ErrorCode.NONE for p in found):
                 return found
             if remaining <= 0:
                 raise DevBrokerError(

@@ -219,7 +219,7 @@ def error_for_code(code: int) -> type[BrokerResponseError]:
 def raise_for_error_code(code: int, context: str) -> None:
     """Raise the error for ``code`` unless it is 0, prefixing the default message with
     ``context`` (for example ``"Produce to orders-3"``) so logs say where it happened."""
-    if code == 0:
+    if code == ErrorCode.NONE:
         return
     cls = error_for_code(code)
     raise cls(f"{context}: {cls.message}")

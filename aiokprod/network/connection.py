@@ -36,9 +36,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from aiokprod import __version__
+from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
@@ -77,7 +78,7 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _MAX_FRAME = 512 * 1024 * 1024  # a size beyond this is corruption, not a response
 _API_VERSIONS_PREFERRED = 3  # KIP-511 client name/version arrive from v3 (flexible)
-_UNSUPPORTED_VERSION = 35
+_UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 
 class KafkaResponse(Protocol):
@@ -89,14 +90,21 @@ class KafkaResponse(Protocol):
     def header_version(version: int) -> int: ...
 
 
-class KafkaRequest(Protocol):
-    """What the connection needs of a generated request class."""
+_R_co = TypeVar("_R_co", covariant=True)
+_R = TypeVar("_R")
+
+
+class KafkaRequest(Protocol[_R_co]):
+    """What the connection needs of a generated request class; generic in its response type,
+    so ``await conn.request(MetadataRequest(...))`` is typed ``MetadataResponse``."""
 
     API_KEY: ClassVar[int]
     API_NAME: ClassVar[str]
     MIN_VERSION: ClassVar[int]
     MAX_VERSION: ClassVar[int]
-    RESPONSE_TYPE: ClassVar[type[Any]]
+
+    @property
+    def RESPONSE_TYPE(self) -> type[_R_co]: ...  # the generated classes' ClassVar
 
     @staticmethod
     def header_version(version: int) -> int: ...
@@ -303,7 +311,7 @@ class BrokerConnection:
         self.on_latency: Callable[[int, float], None] | None = None
         # KIP-368: while re-authenticating, other requests wait here (request, version,
         # timeout_ms, expect_response, future) and go out, in order, once it is done
-        self._held: list[tuple[KafkaRequest, int | None, int | None, bool,
+        self._held: list[tuple[KafkaRequest[Any], int | None, int | None, bool,
                                asyncio.Future[Any]]] | None = None
         self._reauth_timer: asyncio.TimerHandle | None = None
         self._reauth_task: asyncio.Task[None] | None = None
@@ -424,9 +432,10 @@ class BrokerConnection:
         if self.on_writable is not None and self.writable:
             self.on_writable()
 
-    def _request_now(self, request: KafkaRequest, version: int) -> asyncio.Future[Any]:
+    def _request_now(self, request: KafkaRequest[_R], version: int) -> asyncio.Future[_R]:
         """Send past the re-authentication hold: the SASL exchange itself."""
-        return self._send_now(request, version, None, True)
+        # expect_response=True: the future resolves to a decoded response, never to None
+        return cast("asyncio.Future[_R]", self._send_now(request, version, None, True))
 
     async def _handshake(self) -> None:
         """ApiVersions v3 (client name/version), falling back on UNSUPPORTED_VERSION.
@@ -450,7 +459,7 @@ class BrokerConnection:
                           self._name, version, fallback)
                 version = fallback
                 continue
-            if response.error_code != 0:
+            if response.error_code != ErrorCode.NONE:
                 raise_for_error_code(response.error_code, f"{self._name}: ApiVersions")
             self.broker_versions = {
                 k.api_key: (k.min_version, k.max_version) for k in response.api_keys
@@ -461,7 +470,7 @@ class BrokerConnection:
 
     # ---- versions --------------------------------------------------------------------------
 
-    def version_for(self, request_type: type[KafkaRequest] | KafkaRequest, *,
+    def version_for(self, request_type: type[KafkaRequest[Any]] | KafkaRequest[Any], *,
                     max_version: int | None = None) -> int:
         """The highest version of ``request_type`` both sides support."""
         ours_max = request_type.MAX_VERSION if max_version is None else max_version
@@ -517,12 +526,12 @@ class BrokerConnection:
 
     def send(
         self,
-        request: KafkaRequest,
+        request: KafkaRequest[_R],
         *,
         version: int | None = None,
         timeout_ms: int | None = None,
         expect_response: bool = True,
-    ) -> asyncio.Future[Any]:
+    ) -> asyncio.Future[_R | None]:
         """Write ``request`` now and return a future of its decoded response.
 
         Synchronous on purpose: the sender writes several requests per wake-up without a
@@ -534,14 +543,14 @@ class BrokerConnection:
         """
         held = self._held
         if held is not None and self._closed_cause is None:
-            waiting: asyncio.Future[Any] = self._loop.create_future()
+            waiting: asyncio.Future[_R | None] = self._loop.create_future()
             held.append((request, version, timeout_ms, expect_response, waiting))
             return waiting
         return self._send_now(request, version, timeout_ms, expect_response)
 
-    def _send_now(self, request: KafkaRequest, version: int | None, timeout_ms: int | None,
-                  expect_response: bool) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = self._loop.create_future()
+    def _send_now(self, request: KafkaRequest[_R], version: int | None, timeout_ms: int | None,
+                  expect_response: bool) -> asyncio.Future[_R | None]:
+        future: asyncio.Future[_R | None] = self._loop.create_future()
         cause = self._closed_cause
         transport = self._transport
         if cause is not None or transport is None:
@@ -558,9 +567,10 @@ class BrokerConnection:
         timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
         deadline = now + timeout
         if expect_response:
+            response_type: type[Any] = request.RESPONSE_TYPE
             self._pending.append(_Pending(
-                correlation_id, future, request.RESPONSE_TYPE, version,
-                request.RESPONSE_TYPE.header_version(version), deadline, request.API_NAME, now,
+                correlation_id, future, response_type, version,
+                response_type.header_version(version), deadline, request.API_NAME, now,
                 request.API_KEY))
             if deadline < self._timer_deadline:
                 self._arm_timer(deadline)
@@ -580,17 +590,19 @@ class BrokerConnection:
 
     async def request(
         self,
-        request: KafkaRequest,
+        request: KafkaRequest[_R],
         *,
         version: int | None = None,
         timeout_ms: int | None = None,
-    ) -> Any:
+    ) -> _R:
         """Send and await the response, bounded by ``request_timeout_ms``.
 
         Cancelling the caller does not cancel the request on the wire (it cannot be unsent);
         its response is read and dropped, so the connection stays usable.
         """
-        future = self.send(request, version=version, timeout_ms=timeout_ms)
+        # expect_response=True: the future resolves to a decoded response, never to None
+        future = cast("asyncio.Future[_R]",
+                      self.send(request, version=version, timeout_ms=timeout_ms))
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:

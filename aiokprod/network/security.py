@@ -23,9 +23,18 @@ import random
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
+from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import AuthenticationError
+
+if TYPE_CHECKING:
+    from aiokprod.protocol import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    )
 
 __all__ = [
     "MECHANISMS",
@@ -301,8 +310,21 @@ def reauthentication_delay(session_lifetime_ms: int, *, rng: random.Random | Non
     return session_lifetime_ms * fraction / 1000
 
 
+class SaslRequester(Protocol):
+    """How ``authenticate`` sends (``BrokerConnection._request_now``: past the hold that
+    re-authentication puts on every other request), typed per SASL request."""
+
+    @overload
+    def __call__(self, request: SaslHandshakeRequest, version: int, /
+                 ) -> Awaitable[SaslHandshakeResponse]: ...
+
+    @overload
+    def __call__(self, request: SaslAuthenticateRequest, version: int, /
+                 ) -> Awaitable[SaslAuthenticateResponse]: ...
+
+
 async def authenticate(
-    request: Callable[[Any, int], Awaitable[Any]],
+    request: SaslRequester,
     versions: dict[int, tuple[int, int]],
     options: SecurityOptions,
     *,
@@ -325,7 +347,7 @@ async def authenticate(
     hs_version = min(SaslHandshakeRequest.MAX_VERSION, hs_range[1])
     auth_version = min(SaslAuthenticateRequest.MAX_VERSION, auth_range[1])
     handshake = await request(SaslHandshakeRequest(mechanism=name), hs_version)
-    if handshake.error_code != 0:
+    if handshake.error_code != ErrorCode.NONE:
         offered = ", ".join(handshake.mechanisms) or "none"
         raise AuthenticationError(f"{broker}: the broker does not enable SASL mechanism {name} "
                                   f"(it offers: {offered})")
@@ -333,11 +355,11 @@ async def authenticate(
     lifetime = 0
     while message is not None:
         response = await request(SaslAuthenticateRequest(auth_bytes=message), auth_version)
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.NONE:
             detail = response.error_message or f"error code {response.error_code}"
             raise AuthenticationError(f"{broker}: SASL {name} authentication failed: "
                                       f"{_no_secret(detail)}")
-        lifetime = getattr(response, "session_lifetime_ms", 0) or 0
+        lifetime = response.session_lifetime_ms  # 0 below v1: no re-authentication
         message = mechanism.respond(response.auth_bytes or b"")
     if not mechanism.done:
         raise AuthenticationError(f"{broker}: SASL {name} ended before the exchange completed")

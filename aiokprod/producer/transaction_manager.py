@@ -256,7 +256,7 @@ class TransactionManager:
                 else:
                     code, node, message = (response.error_code, response.node_id,
                                            response.error_message)
-                if code == 0:
+                if code == ErrorCode.NONE:
                     await self._wait_for_node(node, deadline)
                     return int(node)
                 err = error_for_code(code)
