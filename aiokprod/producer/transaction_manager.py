@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import (
@@ -33,7 +33,7 @@ from aiokprod.errors import (
     error_for_code,
 )
 from aiokprod.network.cluster import Cluster
-from aiokprod.network.connection import BrokerConnection
+from aiokprod.network.connection import BrokerConnection, KafkaRequest
 from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
 from aiokprod.producer.transactions import (
     ConsumerGroupMetadata,
@@ -45,17 +45,33 @@ from aiokprod.producer.transactions import (
 from aiokprod.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     ApiVersionsRequest,
     EndTxnRequest,
     FindCoordinatorRequest,
     InitProducerIdRequest,
     ProduceRequest,
     TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 __all__ = ["TransactionManager", "fenced_error"]
 
 log = logging.getLogger(__name__)
+_R = TypeVar("_R")  # a response type: _call returns what its request is answered with
+
+
+class _WithErrorCode(Protocol):
+    @property
+    def error_code(self) -> int: ...
+
+
+_E = TypeVar("_E", bound=_WithErrorCode)
+
+
+def _top_level_code(response: _E) -> list[int]:
+    """The error codes of a response that has one, for ``TransactionManager._call``."""
+    return [response.error_code]
 
 _GROUP_KEY = 0
 _TRANSACTION_KEY = 1
@@ -277,9 +293,9 @@ class TransactionManager:
                 raise KafkaTimeoutError(f"coordinator node {node} not in the metadata")
             await self._cluster.wait_for_update(min(remaining, 1000.0))
 
-    async def _call(self, build: Callable[[BrokerConnection], tuple[Any, int]],
-                    codes: Callable[[Any], list[int]], deadline: float, what: str, *,
-                    group: str | None = None) -> tuple[Any, ErrorCode, int]:
+    async def _call(self, build: Callable[[BrokerConnection], tuple[KafkaRequest[_R], int]],
+                    codes: Callable[[_R], list[int]], deadline: float, what: str, *,
+                    group: str | None = None) -> tuple[_R | None, ErrorCode, int]:
         """Send to the transaction (or ``group``'s) coordinator until an answer that is not
         a coordinator hiccup; returns it with its first non-retried error code (or NONE) and
         the version it was sent with.
@@ -305,7 +321,7 @@ class TransactionManager:
                 request, version = build(conn)
                 response = await conn.request(request, version=version,
                                               timeout_ms=self._bounded_ms(deadline))
-                found = [ErrorCode.of(c) for c in codes(response) if c != 0]
+                found = [ErrorCode.of(c) for c in codes(response) if c != ErrorCode.NONE]
                 worst = next((c for c in found if c not in _RELOOKUP | _RETRY), None)
                 if worst is not None:
                     return response, worst, version
@@ -420,7 +436,7 @@ class TransactionManager:
                 pid, epoch = idem.init_producer_id_params()
 
                 def build(conn: BrokerConnection, pid: int = pid, epoch: int = epoch
-                          ) -> tuple[Any, int]:
+                          ) -> tuple[InitProducerIdRequest, int]:
                     top = conn.version_for(InitProducerIdRequest)
                     low = max(InitProducerIdRequest.MIN_VERSION,
                               conn.broker_versions[InitProducerIdRequest.API_KEY][0])
@@ -433,9 +449,9 @@ class TransactionManager:
                         transaction_timeout_ms=self._timeout_ms,
                         producer_id=pid, producer_epoch=epoch), version
 
-                response, code, version = await self._call(
-                    build, lambda r: [r.error_code], deadline, what)
-                if code is ErrorCode.NONE:
+                answer = await self._call(build, _top_level_code, deadline, what)
+                response, code, version = answer
+                if code is ErrorCode.NONE and response is not None:  # NONE comes with an answer
                     idem.on_producer_id(response.producer_id, response.producer_epoch)
                     log.info("[client %s] transactional id %r: producer id %d epoch %d "
                              "(InitProducerId v%d)", self._client, self.transactional_id,
@@ -503,7 +519,7 @@ class TransactionManager:
         topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=p)
                   for t, p in by_topic.items()]
 
-        def build(conn: BrokerConnection) -> tuple[Any, int]:
+        def build(conn: BrokerConnection) -> tuple[AddPartitionsToTxnRequest, int]:
             version = conn.version_for(AddPartitionsToTxnRequest,
                                        max_version=_ADD_PARTITIONS_CLIENT_MAX)
             return AddPartitionsToTxnRequest(
@@ -511,7 +527,7 @@ class TransactionManager:
                 v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
                 v3_and_below_topics=topics), version
 
-        def codes(response: Any) -> list[int]:
+        def codes(response: AddPartitionsToTxnResponse) -> list[int]:
             return [p.partition_error_code for t in response.results_by_topic_v3_and_below
                     for p in t.results_by_partition] or [response.error_code]
 
@@ -546,14 +562,14 @@ class TransactionManager:
         if group_id not in self.partitions.offsets_added:
             pid, epoch = self._pair()
 
-            def build_add(conn: BrokerConnection) -> tuple[Any, int]:
+            def build_add(conn: BrokerConnection) -> tuple[AddOffsetsToTxnRequest, int]:
                 return AddOffsetsToTxnRequest(
                     transactional_id=self.transactional_id, producer_id=pid,
                     producer_epoch=epoch, group_id=group_id), \
                     conn.version_for(AddOffsetsToTxnRequest)
 
             what = f"AddOffsetsToTxn(group {group_id!r})"
-            _, code, _v = await self._call(build_add, lambda r: [r.error_code], deadline, what)
+            _, code, _v = await self._call(build_add, _top_level_code, deadline, what)
             if code is not ErrorCode.NONE:
                 raise self._fail_with(code, what, abortable=code in (
                     ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TRANSACTION_ABORTABLE,
@@ -567,7 +583,7 @@ class TransactionManager:
                     committed_metadata=""))
         pid, epoch = self._pair()
 
-        def build_commit(conn: BrokerConnection) -> tuple[Any, int]:
+        def build_commit(conn: BrokerConnection) -> tuple[TxnOffsetCommitRequest, int]:
             return TxnOffsetCommitRequest(
                 transactional_id=self.transactional_id, group_id=group_id, producer_id=pid,
                 producer_epoch=epoch, generation_id=meta.generation_id,
@@ -576,11 +592,12 @@ class TransactionManager:
                         for t, p in by_topic.items()]), \
                 conn.version_for(TxnOffsetCommitRequest, max_version=_TXN_OFFSET_COMMIT_V1_MAX)
 
-        def codes(response: Any) -> list[int]:
+        def commit_codes(response: TxnOffsetCommitResponse) -> list[int]:
             return [p.error_code for t in response.topics for p in t.partitions]
 
         what = f"TxnOffsetCommit(group {group_id!r}, {len(offsets)} partitions)"
-        _, code, _v = await self._call(build_commit, codes, deadline, what, group=group_id)
+        _, code, _v = await self._call(build_commit, commit_codes, deadline, what,
+                                       group=group_id)
         if code is not ErrorCode.NONE:
             raise self._fail_with(code, what, abortable=code not in _FATAL)
 
@@ -611,21 +628,21 @@ class TransactionManager:
         if self.partitions.started:
             pid, epoch = self._pair()
 
-            def build(conn: BrokerConnection) -> tuple[Any, int]:
+            def build(conn: BrokerConnection) -> tuple[EndTxnRequest, int]:
                 return EndTxnRequest(
                     transactional_id=self.transactional_id, producer_id=pid,
                     producer_epoch=epoch, committed=commit), \
                     conn.version_for(EndTxnRequest, max_version=_END_TXN_V2
                                      if self.transaction_version >= 2 else _END_TXN_V1_MAX)
 
-            response, code, version = await self._call(build, lambda r: [r.error_code],
-                                                       deadline, what)
+            answer = await self._call(build, _top_level_code, deadline, what)
+            response, code, version = answer
             if code is not ErrorCode.NONE:
                 abortable = commit and code in (ErrorCode.TRANSACTION_ABORTABLE,
                                                 ErrorCode.UNKNOWN_PRODUCER_ID,
                                                 ErrorCode.INVALID_PRODUCER_ID_MAPPING)
                 raise self._fail_with(code, what, abortable=abortable)
-            if version >= _END_TXN_V2 and response.producer_id >= 0 and \
+            if response is not None and version >= _END_TXN_V2 and response.producer_id >= 0 and \
                     response.producer_epoch >= 0:
                 # KIP-890: the coordinator bumped the epoch; the next transaction uses it
                 self._idem.on_epoch_bumped_by_broker(response.producer_id,
