@@ -9,10 +9,9 @@ record's delivery future; the sender task resolves it when the broker answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -25,13 +24,13 @@ from aiokprod.errors import (
     ProducerClosedError,
     RecordTooLargeError,
     SerializationError,
-    TransactionAbortableError,
 )
 from aiokprod.hooks import Serializer
 from aiokprod.metrics import ProducerMetrics
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicMetadata
 from aiokprod.network.security import options_from_config
+from aiokprod.producer._transactional_api import TransactionalApi
 from aiokprod.producer.accumulator import RecordAccumulator, estimate_record_size
 from aiokprod.producer.batch import RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
@@ -41,7 +40,7 @@ from aiokprod.producer.partitioner import BuiltinPartitioner
 from aiokprod.producer.sender import Sender
 from aiokprod.producer.supervisor import Supervisor
 from aiokprod.producer.transaction_manager import TransactionManager
-from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState, TxnEvent
+from aiokprod.producer.transactions import TransactionState
 from aiokprod.producer.validation import check_header_key, check_timestamp_ms, validate_topic
 from aiokprod.records import CompressionRatioEstimator, CompressionType
 
@@ -60,7 +59,7 @@ class ProducerHealth(NamedTuple):
     reason: str | None
 
 
-class Producer:
+class Producer(TransactionalApi):
     """An asyncio Kafka producer. Use ``async with Producer(...)`` or ``start()``/``close()``."""
 
     def __init__(self, bootstrap_servers: str | Sequence[str] | None = None,
@@ -561,208 +560,6 @@ class Producer:
         finally:
             acc.end_flush()
             self._time_operation("flush", started)
-
-    # ---- transactions (KIP-98; docs/transactions.md) ---------------------------------------
-
-    async def _init_transactions(self) -> None:
-        """InitProducerId with the transactional id, within max.block.ms (``start()``)."""
-        txn = self._txn
-        assert txn is not None
-        started = time.perf_counter_ns()
-        try:
-            await txn.initialize(time.monotonic() + self._max_block / 1000)
-        except KafkaError:
-            self._sync_txn_fatal()
-            raise
-        finally:
-            self._time_operation("txn-init", started)
-
-    def _transactions(self, call: str) -> TransactionManager:
-        """The transaction manager, after the checks every transactional call makes."""
-        txn = self._txn
-        if txn is None:
-            raise IllegalStateError(f"{call}: this producer has no transactional_id; "
-                                    f"configure one to use transactions")
-        if self._closed or not self._started:
-            raise self._not_sending_error()
-        self._sync_txn_fatal()
-        txn.check_fatal()
-        return txn
-
-    def _sync_txn_fatal(self) -> None:
-        """Keep the sender's and the transaction's fatal errors in step: a fenced transaction
-        fails every queued record; a fatal Produce answer ends the transaction."""
-        txn, sender = self._txn, self._sender
-        if txn is None or sender is None:
-            return
-        if txn.fatal_error is not None and sender.fatal_error is None:
-            sender.fail_everything(txn.fatal_error)
-        elif sender.fatal_error is not None and txn.fatal_error is None:
-            txn.become_fatal(sender.fatal_error)
-
-    def begin_transaction(self) -> None:
-        """Open a transaction: ``send()`` is allowed until ``commit_transaction()`` or
-        ``abort_transaction()``. Local only: nothing is sent to a broker."""
-        started = time.perf_counter_ns()
-        try:
-            self._transactions("begin_transaction()").begin()
-        finally:
-            self._time_operation("txn-begin", started)
-
-    async def commit_transaction(self) -> None:
-        """Flush, then commit: the records and offsets of the transaction become visible to
-        read_committed consumers, all or none.
-
-        Fails with the first record error as ``TransactionAbortableError`` (call
-        ``abort_transaction()``), with ``ProducerFencedError`` when fenced (close the
-        producer), or with ``KafkaTimeoutError`` after max.block.ms (calling it again resumes
-        the commit). Cancelling it leaves the commit resumable the same way.
-        """
-        txn = self._transactions("commit_transaction()")
-        started = time.perf_counter_ns()
-        deadline = time.monotonic() + self._max_block / 1000
-        try:
-            if txn.state is TransactionState.ABORTABLE_ERROR:
-                raise TransactionAbortableError(
-                    f"commit_transaction(): the transaction cannot commit, abort it: "
-                    f"{txn.abortable_error}") from txn.abortable_error
-            txn.fire(TxnEvent.COMMIT_STARTED)
-            await self._await_batches(deadline, "commit_transaction()")
-            self._sync_txn_fatal()
-            txn.check_fatal()
-            if txn.must_abort:
-                raise TransactionAbortableError(
-                    f"commit_transaction(): a record of the transaction failed, abort it: "
-                    f"{txn.abortable_error}") from txn.abortable_error
-            await txn.wait_for_adds(deadline)
-            await txn.end(True, deadline)
-        except KafkaError:
-            self._sync_txn_fatal()
-            raise
-        finally:
-            self._time_operation("txn-commit", started)
-
-    async def abort_transaction(self) -> None:
-        """Abort: records still queued fail with "transaction aborted", those on the wire are
-        awaited, and EndTxn(abort) makes read_committed consumers skip all of them.
-
-        Bounded by max.block.ms (``KafkaTimeoutError``; calling it again resumes the abort).
-        A fenced producer raises ``ProducerFencedError`` at once: close it.
-        """
-        await self._abort(self._transactions("abort_transaction()"),
-                          time.monotonic() + self._max_block / 1000)
-
-    async def _abort(self, txn: TransactionManager, deadline: float) -> None:
-        sender = self._sender
-        assert sender is not None
-        started = time.perf_counter_ns()
-        try:
-            txn.fire(TxnEvent.ABORT_STARTED)
-            sender.abort_queued_batches(KafkaError(
-                f"transaction aborted: the record was not sent (transactional.id "
-                f"{txn.transactional_id!r})"))
-            await self._await_batches(deadline, "abort_transaction()")
-            self._sync_txn_fatal()
-            txn.check_fatal()
-            await txn.wait_for_adds(deadline)
-            await txn.end(False, deadline)
-        except KafkaError:
-            self._sync_txn_fatal()
-            raise
-        finally:
-            self._time_operation("txn-abort", started)
-
-    async def send_offsets_to_transaction(
-            self, offsets: Mapping[tuple[str, int], int],
-            group: str | ConsumerGroupMetadata) -> None:
-        """Commit consumer offsets with the transaction (read-process-write, KIP-98/447).
-
-        ``offsets`` maps ``(topic, partition)`` to the next offset to consume; ``group`` is the
-        consumer's group id or its ``ConsumerGroupMetadata`` (which lets the group fence a
-        consumer that left it). Bounded by max.block.ms.
-        """
-        txn = self._transactions("send_offsets_to_transaction()")
-        if not isinstance(group, (str, ConsumerGroupMetadata)) or not (
-                group if isinstance(group, str) else group.group_id):
-            raise ValueError(f"group must be a non-empty group id or ConsumerGroupMetadata, "
-                             f"got {group!r}")
-        for key, offset in offsets.items():
-            if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str)
-                    and isinstance(key[1], int) and isinstance(offset, int) and offset >= 0):
-                raise ValueError(f"offsets must map (topic, partition) to an offset >= 0, "
-                                 f"got {key!r}: {offset!r}")
-        started = time.perf_counter_ns()
-        try:
-            await txn.send_offsets(offsets, group, time.monotonic() + self._max_block / 1000)
-        except KafkaError:
-            self._sync_txn_fatal()
-            raise
-        finally:
-            self._time_operation("txn-send-offsets", started)
-
-    @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Producer]:
-        """``async with producer.transaction():`` begins; a normal exit commits (flushing
-        first); an exception aborts and is re-raised, as is a failed commit (after aborting,
-        unless the producer was fenced)."""
-        self.begin_transaction()
-        try:
-            yield self
-        except BaseException:
-            await self._abort_quietly()
-            raise
-        try:
-            await self.commit_transaction()
-        except KafkaError:
-            await self._abort_quietly()
-            raise
-
-    async def _abort_quietly(self) -> None:
-        """Abort after a failure in a ``transaction()`` block; the original error wins."""
-        txn = self._txn
-        if txn is None or txn.state not in (TransactionState.IN_TRANSACTION,
-                                            TransactionState.ABORTABLE_ERROR,
-                                            TransactionState.ABORTING):
-            return
-        try:
-            await self.abort_transaction()
-        except Exception as exc:
-            log.warning("[client %s] aborting the transaction failed too: %s",
-                        self._config.client_id, exc)
-
-    async def _await_batches(self, deadline: float, call: str) -> None:
-        """Wait for every batch of the transaction to be delivered or failed (max.block.ms)."""
-        acc = self._acc
-        assert acc is not None
-        pending = acc.begin_flush()
-        try:
-            waits = [b.wait_done() for b in pending]
-            if waits:
-                _, not_done = await asyncio.wait(
-                    waits, timeout=max(0.0, deadline - time.monotonic()))
-                if not_done:
-                    for w in not_done:
-                        w.cancel()
-                    raise KafkaTimeoutError(
-                        f"{call}: {len(not_done)} batch(es) undelivered after max.block.ms="
-                        f"{self._max_block}; call it again to keep waiting")
-        finally:
-            acc.end_flush()
-
-    def _send_refused(self, txn: TransactionManager) -> KafkaError:
-        """Why a transactional producer refuses ``send()`` now."""
-        if txn.fatal_error is not None:
-            error = txn.fatal_error
-            fresh = type(error)(str(getattr(error, "message", error)))
-            fresh.__cause__ = error
-            return fresh if isinstance(fresh, KafkaError) else KafkaError(str(error))
-        if txn.state is TransactionState.ABORTABLE_ERROR:
-            return TransactionAbortableError(
-                f"send(): the transaction must be aborted first: {txn.abortable_error}")
-        return IllegalStateError(
-            f"send() on a transactional producer outside a transaction (state "
-            f"{txn.state.name}): call begin_transaction() or use `async with "
-            f"producer.transaction():`")
 
     async def partitions_for(self, topic: str) -> list[int]:
         """Partition ids of ``topic``, waiting for its metadata up to ``max_block_ms``."""
