@@ -29,14 +29,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import socket
 import ssl
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from aiokprod import __version__
 from aiokprod._error_codes import ErrorCode
@@ -49,6 +48,7 @@ from aiokprod.errors import (
     UnsupportedVersionError,
     raise_for_error_code,
 )
+from aiokprod.network.messages import KafkaRequest, KafkaResponse
 from aiokprod.network.security import (
     PLAINTEXT,
     SecurityOptions,
@@ -56,13 +56,13 @@ from aiokprod.network.security import (
     build_ssl_context,
     reauthentication_delay,
 )
+from aiokprod.network.transport import TransportConnector, tcp_connect
 from aiokprod.protocol import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     decode_response_header,
     encode_request,
 )
-from aiokprod.protocol.primitives import Chunk
 
 __all__ = [
     "BrokerConnection",
@@ -75,41 +75,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_R = TypeVar("_R")  # the response type of the request being sent
+
 _SIZE = struct.Struct(">i")
 _MAX_FRAME = 512 * 1024 * 1024  # a size beyond this is corruption, not a response
 _API_VERSIONS_PREFERRED = 3  # KIP-511 client name/version arrive from v3 (flexible)
 _UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
-
-
-class KafkaResponse(Protocol):
-    """What the connection needs of a generated response class."""
-
-    def decode(self, data: Chunk, version: int, *, strict: bool = True) -> Any: ...
-
-    @staticmethod
-    def header_version(version: int) -> int: ...
-
-
-_R_co = TypeVar("_R_co", covariant=True)
-_R = TypeVar("_R")
-
-
-class KafkaRequest(Protocol[_R_co]):
-    """What the connection needs of a generated request class; generic in its response type,
-    so ``await conn.request(MetadataRequest(...))`` is typed ``MetadataResponse``."""
-
-    API_KEY: ClassVar[int]
-    API_NAME: ClassVar[str]
-    MIN_VERSION: ClassVar[int]
-    MAX_VERSION: ClassVar[int]
-
-    @property
-    def RESPONSE_TYPE(self) -> type[_R_co]: ...  # the generated classes' ClassVar
-
-    @staticmethod
-    def header_version(version: int) -> int: ...
-
-    def write(self, out: list[Chunk], version: int) -> None: ...
 
 
 class _Pending:
@@ -203,50 +174,6 @@ class _WireProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._conn._on_resume_writing()
-
-
-#: Opens a transport to (host, port) whose protocol comes from the factory, with the socket's
-#: send and receive buffer sizes (-1: the OS default). Tests pass a scripted one (no sockets).
-TransportConnector = Callable[[str, int, Callable[[], asyncio.Protocol], int, int],
-                              Awaitable[None]]
-
-
-async def tcp_connect(host: str, port: int, protocol_factory: Callable[[], asyncio.Protocol],
-                      send_buffer_bytes: int = -1, receive_buffer_bytes: int = -1, *,
-                      ssl_context: ssl.SSLContext | None = None) -> None:
-    """Connect over TCP, trying each resolved address in turn (``use_all_dns_ips``).
-
-    The buffer sizes are set before connecting, as the Java client does: the receive buffer
-    decides the TCP window scale, which is fixed during the handshake. With ``ssl_context`` the
-    TLS handshake follows, verifying the certificate against ``host`` (the name or address the
-    client dialled) when the context checks host names.
-    """
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    last: OSError | None = None
-    for family, type_, proto, _, address in infos:
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setblocking(False)
-            if send_buffer_bytes >= 0:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
-            if receive_buffer_bytes >= 0:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
-            await loop.sock_connect(sock, address)
-        except OSError as exc:
-            sock.close()
-            last = exc
-            continue
-        except BaseException:
-            sock.close()
-            raise
-        if ssl_context is None:
-            await loop.create_connection(protocol_factory, sock=sock)
-        else:
-            await loop.create_connection(protocol_factory, sock=sock, ssl=ssl_context,
-                                         server_hostname=host)
-        return
-    raise last if last is not None else OSError(f"no address found for {host}:{port}")
 
 
 class BrokerConnection:

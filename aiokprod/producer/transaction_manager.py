@@ -33,7 +33,8 @@ from aiokprod.errors import (
     error_for_code,
 )
 from aiokprod.network.cluster import Cluster
-from aiokprod.network.connection import BrokerConnection, KafkaRequest
+from aiokprod.network.connection import BrokerConnection
+from aiokprod.network.messages import KafkaRequest
 from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
 from aiokprod.producer.transactions import (
     ConsumerGroupMetadata,
