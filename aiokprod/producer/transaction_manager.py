@@ -22,19 +22,16 @@ from typing import Any, Protocol, TypeVar
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import (
-    BrokerResponseError,
     IllegalStateError,
-    KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
-    ProtocolError,
     TransactionAbortableError,
     error_for_code,
 )
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
-from aiokprod.network.messages import KafkaRequest
+from aiokprod.producer.coordinator import CoordinatorClient
 from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
 from aiokprod.producer.transactions import (
     ConsumerGroupMetadata,
@@ -49,7 +46,6 @@ from aiokprod.protocol import (
     AddPartitionsToTxnResponse,
     ApiVersionsRequest,
     EndTxnRequest,
-    FindCoordinatorRequest,
     InitProducerIdRequest,
     ProduceRequest,
     TxnOffsetCommitRequest,
@@ -59,7 +55,6 @@ from aiokprod.protocol import (
 __all__ = ["TransactionManager", "fenced_error"]
 
 log = logging.getLogger(__name__)
-_R = TypeVar("_R")  # a response type: _call returns what its request is answered with
 
 
 class _WithErrorCode(Protocol):
@@ -71,11 +66,9 @@ _E = TypeVar("_E", bound=_WithErrorCode)
 
 
 def _top_level_code(response: _E) -> list[int]:
-    """The error codes of a response that has one, for ``TransactionManager._call``."""
+    """The error codes of a response that has one, for ``CoordinatorClient.call``."""
     return [response.error_code]
 
-_GROUP_KEY = 0
-_TRANSACTION_KEY = 1
 # Versions 4+ of AddPartitionsToTxn are for brokers verifying transactions (KIP-890); clients
 # send v3 and below.
 _ADD_PARTITIONS_CLIENT_MAX = 3
@@ -93,24 +86,11 @@ MAX_TRANSACTION_VERSION = 2
 _TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 _C = ErrorCode
-# retried against a coordinator looked up again
-_RELOOKUP = {_C.NOT_COORDINATOR, _C.COORDINATOR_NOT_AVAILABLE, _C.REQUEST_TIMED_OUT,
-             _C.NETWORK_EXCEPTION}
-# retried against the same coordinator after a backoff
-_RETRY = {_C.COORDINATOR_LOAD_IN_PROGRESS, _C.CONCURRENT_TRANSACTIONS,
-          _C.UNKNOWN_TOPIC_OR_PARTITION, _C.OPERATION_NOT_ATTEMPTED}
 # this producer can do nothing more (Java: transitionToFatalError)
 _FENCED = {_C.PRODUCER_FENCED, _C.INVALID_PRODUCER_EPOCH, _C.TRANSACTION_COORDINATOR_FENCED}
 _FATAL = _FENCED | {_C.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _C.UNSUPPORTED_VERSION,
                     _C.CLUSTER_AUTHORIZATION_FAILED, _C.INVALID_TXN_STATE,
                     _C.INVALID_TRANSACTION_TIMEOUT, _C.UNSUPPORTED_FOR_MESSAGE_FORMAT}
-# CONCURRENT_TRANSACTIONS while the previous transaction's markers are written: it clears
-# within a few milliseconds on a healthy cluster, so the first retries come after 2, 4, 8, 16
-# and then 20 ms (Java waits 20 ms at once), before the usual retry.backoff.ms. Measured on a
-# local Kafka: a transaction of one record took ~30 ms with a flat 20 ms, ~10 ms with this.
-_CONCURRENT_FIRST_BACKOFF_S = 0.002
-_CONCURRENT_BACKOFF_S = 0.02
-_CONCURRENT_FAST_RETRIES = 8
 
 
 def fenced_error(transactional_id: str, code: ErrorCode | int, what: str
@@ -155,8 +135,10 @@ class TransactionManager:
         self._state = TransactionState.UNINITIALIZED
         # the open transaction's partitions and groups
         self.partitions = PartitionsInTransaction()
-        # node id of the transaction coordinator, None until (re-)looked up
-        self._coordinator: int | None = None
+        self._coordinators = CoordinatorClient(
+            cluster=cluster, transactional_id=transactional_id,
+            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+            client_id=client_id, clock=clock)
         # the first error that made the transaction abortable / the producer fatal
         self.abortable_error: BaseException | None = None
         self.fatal_error: BaseException | None = None
@@ -252,125 +234,6 @@ class TransactionManager:
             return
         self.become_abortable(error)
 
-    # ---- coordinators -----------------------------------------------------------------------
-
-    async def _find_coordinator(self, key_type: int, key: str, deadline: float) -> int:
-        """FindCoordinator, retried on the coordinator errors until ``deadline``."""
-        attempt = 0
-        while True:
-            try:
-                conn = await self._cluster.least_loaded_connection(self._bounded_ms(deadline))
-                version = conn.version_for(FindCoordinatorRequest)
-                if version >= 4:  # KIP-699: a list of keys replaced the single key
-                    request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
-                else:
-                    request = FindCoordinatorRequest(key=key, key_type=key_type)
-                response = await conn.request(request, version=version,
-                                              timeout_ms=self._bounded_ms(deadline))
-                if version >= 4:
-                    found = response.coordinators[0]
-                    code, node, message = found.error_code, found.node_id, found.error_message
-                else:
-                    code, node, message = (response.error_code, response.node_id,
-                                           response.error_message)
-                if code == ErrorCode.NONE:
-                    await self._wait_for_node(node, deadline)
-                    return int(node)
-                err = error_for_code(code)
-                if not err.retriable and ErrorCode.of(code) not in _RELOOKUP | _RETRY:
-                    raise err(f"FindCoordinator({key!r}): {message or err.message}")
-                log.debug("[client %s] FindCoordinator(%r): %s", self._client, key, err.__name__)
-            except (KafkaConnectionError, KafkaTimeoutError, ProtocolError, OSError) as exc:
-                log.debug("[client %s] FindCoordinator(%r): %s", self._client, key, exc)
-            attempt += 1
-            await self._sleep_backoff(attempt, deadline, f"FindCoordinator({key!r})")
-
-    async def _wait_for_node(self, node: int, deadline: float) -> None:
-        """The coordinator is a broker the metadata may not list yet: wait for it."""
-        while node not in self._cluster.view.brokers:
-            self._cluster.request_update()
-            remaining = self._remaining_ms(deadline)
-            if remaining <= 0:
-                raise KafkaTimeoutError(f"coordinator node {node} not in the metadata")
-            await self._cluster.wait_for_update(min(remaining, 1000.0))
-
-    async def _call(self, build: Callable[[BrokerConnection], tuple[KafkaRequest[_R], int]],
-                    codes: Callable[[_R], list[int]], deadline: float, what: str, *,
-                    group: str | None = None) -> tuple[_R | None, ErrorCode, int]:
-        """Send to the transaction (or ``group``'s) coordinator until an answer that is not
-        a coordinator hiccup; returns it with its first non-retried error code (or NONE) and
-        the version it was sent with.
-
-        ``build`` makes the request and its version for a connection; ``codes`` lists the
-        error codes in the response. Raises KafkaTimeoutError at ``deadline``.
-        """
-        attempt = 0
-        concurrent = 0  # CONCURRENT_TRANSACTIONS answers retried on the fast schedule
-        node: int | None = self._coordinator if group is None else None
-        while True:
-            try:
-                if node is None:
-                    try:
-                        node = await self._find_coordinator(
-                            _GROUP_KEY if group is not None else _TRANSACTION_KEY,
-                            group if group is not None else self.transactional_id, deadline)
-                    except BrokerResponseError as exc:  # e.g. not authorized: no retry helps
-                        return None, ErrorCode.of(exc.code), -1
-                    if group is None:
-                        self._coordinator = node
-                conn = await self._cluster.connection(node, self._bounded_ms(deadline))
-                request, version = build(conn)
-                response = await conn.request(request, version=version,
-                                              timeout_ms=self._bounded_ms(deadline))
-                found = [ErrorCode.of(c) for c in codes(response) if c != ErrorCode.NONE]
-                worst = next((c for c in found if c not in _RELOOKUP | _RETRY), None)
-                if worst is not None:
-                    return response, worst, version
-                if not found:
-                    return response, ErrorCode.NONE, version
-                if any(c in _RELOOKUP for c in found):
-                    node = None
-                    if group is None:
-                        self._coordinator = None
-                log.debug("[client %s] %s: %s; retrying", self._client, what,
-                          ", ".join(c.name for c in found))
-                if found[0] is ErrorCode.CONCURRENT_TRANSACTIONS and \
-                        concurrent < _CONCURRENT_FAST_RETRIES:
-                    delay = min(_CONCURRENT_FIRST_BACKOFF_S * 2 ** concurrent,
-                                _CONCURRENT_BACKOFF_S)
-                    concurrent += 1
-                    await asyncio.sleep(min(delay, max(0.0, deadline - self._clock())))
-                    continue
-            except (KafkaConnectionError, KafkaTimeoutError, ProtocolError, OSError) as exc:
-                # the coordinator went away, did not answer (Tansu closes the connection
-                # instead of answering a fenced EndTxn) or answered bytes we refuse (the
-                # connection is closed then): look it up again, within the deadline
-                log.debug("[client %s] %s: %s", self._client, what, exc)
-                node = None
-                if group is None:
-                    self._coordinator = None
-            attempt += 1
-            await self._sleep_backoff(attempt, deadline, what)
-
-    def _remaining_ms(self, deadline: float) -> float:
-        return (deadline - self._clock()) * 1000
-
-    def _bounded_ms(self, deadline: float) -> int:
-        """request.timeout.ms, cut to what is left before ``deadline`` (at least 1 ms)."""
-        return max(1, min(self._request_timeout_ms, int(self._remaining_ms(deadline))))
-
-    async def _sleep_backoff(self, attempt: int, deadline: float, what: str) -> None:
-        remaining = deadline - self._clock()
-        if remaining <= 0:
-            raise KafkaTimeoutError(f"{what} did not complete in time ({self._bound_name})")
-        delay = min(self._backoff * 2 ** min(attempt - 1, 4), 1.0, remaining)
-        await asyncio.sleep(delay)
-        if self._clock() >= deadline:
-            raise KafkaTimeoutError(f"{what} did not complete in time ({self._bound_name})")
-
-    #: names the config value bounding the current call, for timeout messages
-    _bound_name = "max.block.ms"
-
     def _pair(self) -> tuple[int, int]:
         return self._idem.producer_id, self._idem.producer_epoch
 
@@ -406,7 +269,8 @@ class TransactionManager:
         if MAX_TRANSACTION_VERSION < 2:
             return 1
         try:
-            conn = await self._cluster.least_loaded_connection(self._bounded_ms(deadline))
+            conn = await self._cluster.least_loaded_connection(
+                self._coordinators.bounded_ms(deadline))
             versions = conn.broker_versions
             if versions.get(EndTxnRequest.API_KEY, (0, 0))[1] < _END_TXN_V2 or \
                     versions.get(ProduceRequest.API_KEY, (0, 0))[1] < _PRODUCE_V2:
@@ -417,7 +281,7 @@ class TransactionManager:
             response = await conn.request(
                 ApiVersionsRequest(client_software_name="aiokprod",
                                    client_software_version="txn"),
-                version=version, timeout_ms=self._bounded_ms(deadline))
+                version=version, timeout_ms=self._coordinators.bounded_ms(deadline))
         except (KafkaError, OSError) as exc:
             log.debug("[client %s] finalized features unknown (%s): transaction version 1",
                       self._client, exc)
@@ -450,7 +314,7 @@ class TransactionManager:
                         transaction_timeout_ms=self._timeout_ms,
                         producer_id=pid, producer_epoch=epoch), version
 
-                answer = await self._call(build, _top_level_code, deadline, what)
+                answer = await self._coordinators.call(build, _top_level_code, deadline, what)
                 response, code, version = answer
                 if code is ErrorCode.NONE and response is not None:  # NONE comes with an answer
                     idem.on_producer_id(response.producer_id, response.producer_epoch)
@@ -537,7 +401,7 @@ class TransactionManager:
         # the batches waiting for these partitions bound the retries (delivery.timeout.ms)
         deadline = self._clock() + self._request_timeout_ms / 1000 * 2
         try:
-            _, code, _v = await self._call(build, codes, deadline, what)
+            _, code, _v = await self._coordinators.call(build, codes, deadline, what)
         except KafkaTimeoutError as exc:
             log.debug("[client %s] %s: %s; will ask again", self._client, what, exc)
             return False
@@ -570,7 +434,7 @@ class TransactionManager:
                     conn.version_for(AddOffsetsToTxnRequest)
 
             what = f"AddOffsetsToTxn(group {group_id!r})"
-            _, code, _v = await self._call(build_add, _top_level_code, deadline, what)
+            _, code, _v = await self._coordinators.call(build_add, _top_level_code, deadline, what)
             if code is not ErrorCode.NONE:
                 raise self._fail_with(code, what, abortable=code in (
                     ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TRANSACTION_ABORTABLE,
@@ -597,7 +461,7 @@ class TransactionManager:
             return [p.error_code for t in response.topics for p in t.partitions]
 
         what = f"TxnOffsetCommit(group {group_id!r}, {len(offsets)} partitions)"
-        _, code, _v = await self._call(build_commit, commit_codes, deadline, what,
+        _, code, _v = await self._coordinators.call(build_commit, commit_codes, deadline, what,
                                        group=group_id)
         if code is not ErrorCode.NONE:
             raise self._fail_with(code, what, abortable=code not in _FATAL)
@@ -636,7 +500,7 @@ class TransactionManager:
                     conn.version_for(EndTxnRequest, max_version=_END_TXN_V2
                                      if self.transaction_version >= 2 else _END_TXN_V1_MAX)
 
-            answer = await self._call(build, _top_level_code, deadline, what)
+            answer = await self._coordinators.call(build, _top_level_code, deadline, what)
             response, code, version = answer
             if code is not ErrorCode.NONE:
                 abortable = commit and code in (ErrorCode.TRANSACTION_ABORTABLE,
