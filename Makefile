@@ -6,17 +6,21 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: test demo kafka lint typecheck unit gen docs bench clean
 
-$(STAMP): pyproject.toml
+# setup.py builds the native extension (aiokprod/_native) in place when a compiler exists
+$(STAMP): pyproject.toml setup.py aiokprod/_native/_speedups.pyx
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# The suite runs twice: on the native path, then on the pure-Python one (what an install
+# without a compiler runs).
 test: $(STAMP)
 	$(PY) tools/gen_protocol.py --check
-	$(VENV)/bin/ruff check aiokprod tests tools benchmarks examples
+	$(VENV)/bin/ruff check aiokprod tests tools benchmarks examples setup.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -p no:cacheprovider
+	AIOKPROD_NO_EXTENSIONS=1 $(VENV)/bin/pytest -q -p no:cacheprovider
 
 demo: $(STAMP)
 	$(PY) -m aiokprod perf --num-records 100000
@@ -39,4 +43,5 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache \
+		aiokprod/_native/*.so aiokprod/_native/*.c

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from aiokprod import _native
 from aiokprod.producer.record_metadata import RecordMetadata
 from aiokprod.records import RecordBatchBuilder, restamp
 
@@ -160,21 +161,13 @@ class ProducerBatch:
             return
         self.done = True
         self.final_state = "succeeded"
-        topic, partition = self.topic, self.partition
-        use_append_time = log_append_time >= 0
-        known = base_offset >= 0
-        it = iter(self.deliveries)
-        for future, delta, ts, ksize, vsize in zip(it, it, it, it, it):  # noqa: B905
-            md = RecordMetadata(topic, partition, base_offset + delta if known else -1,
-                                log_append_time if use_append_time else ts, ksize, vsize)
-            if on_ack is not None:
-                _call_interceptor(on_ack, md, None)
-            if not future.done():
-                future.set_result(md)
+        _complete_deliveries(self.deliveries, self.topic, self.partition, base_offset,
+                             log_append_time, on_ack, RecordMetadata, _call_interceptor)
         if self.segments is not None:
             for bulk, position, count, delta in self.segments:
-                bulk.segment_done(position, count, partition,
-                                  base_offset + delta if known else -1, log_append_time)
+                bulk.segment_done(position, count, self.partition,
+                                  base_offset + delta if base_offset >= 0 else -1,
+                                  log_append_time)
         self._wake_waiters()
 
     def fail(self, error: BaseException,
@@ -231,3 +224,33 @@ def _call_interceptor(
         on_ack(md, error)
     except Exception:  # an interceptor bug must not lose other records' results
         log.exception("on_acknowledgement interceptor raised")
+
+
+def _complete_deliveries_py(
+    deliveries: list[Any],
+    topic: str,
+    partition: int,
+    base_offset: int,
+    log_append_time: int,
+    on_ack: Callable[[RecordMetadata | None, BaseException | None], None] | None,
+    metadata_type: type[RecordMetadata],
+    call_interceptor: Callable[[Callable[[RecordMetadata | None, BaseException | None], None],
+                                RecordMetadata | None, BaseException | None], None],
+) -> None:
+    """Resolve every record's future of a completed batch (five ``deliveries`` slots per
+    record: future, offset delta, timestamp, key size, value size). The twin of
+    ``aiokprod._native._speedups.complete_deliveries``."""
+    use_append_time = log_append_time >= 0
+    known = base_offset >= 0
+    it = iter(deliveries)
+    for future, delta, ts, ksize, vsize in zip(it, it, it, it, it):  # noqa: B905
+        md = metadata_type(topic, partition, base_offset + delta if known else -1,
+                           log_append_time if use_append_time else ts, ksize, vsize)
+        if on_ack is not None:
+            call_interceptor(on_ack, md, None)
+        if not future.done():
+            future.set_result(md)
+
+
+_complete_deliveries = (_complete_deliveries_py if _native.speedups is None
+                        else _native.speedups.complete_deliveries)

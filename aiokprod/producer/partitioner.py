@@ -23,10 +23,11 @@ from __future__ import annotations
 import random
 import struct
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from aiokprod import _native
 from aiokprod.hooks import Partitioner
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ _SEED = 0x9747B28C
 _WORDS = tuple(struct.Struct(f"<{n}I") for n in range(65))
 
 
-def _murmur2_u32(
+def _murmur2_u32_py(
     data: bytes | bytearray | memoryview,
     _m: int = _M,
     _mask: int = _MASK32,
@@ -85,6 +86,11 @@ def _murmur2_u32(
     h ^= h >> 13
     h = h * _m & _mask
     return h ^ h >> 15
+
+
+# the native twin (aiokprod/_native) when it is built and not disabled: the same bits
+_murmur2_u32: Callable[[bytes | bytearray | memoryview], int] = (
+    _murmur2_u32_py if _native.speedups is None else _native.speedups.murmur2_u32)
 
 
 def murmur2(data: bytes | bytearray | memoryview) -> int:

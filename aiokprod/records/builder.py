@@ -23,10 +23,12 @@ Record layout (Kafka's DefaultRecord, magic 2; the batch header is in _layout.py
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from crc32c import crc32c
+
+from aiokprod import _native
 
 from ._layout import (
     ATTR_CONTROL,
@@ -145,6 +147,39 @@ def _encode_body(
             encode_headers(headers) if headers else _ZERO,
         )
     )
+
+
+def _append_record_py(
+    buf: bytearray,
+    timestamp_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: bytes | None,
+) -> int:
+    """One record, length prefix included, appended to ``buf``; returns its size. The twin of
+    ``aiokprod._native._speedups.append_record`` (``headers``: the encoded section or None)."""
+    body = b"".join(
+        (
+            _ZERO,
+            encode_varint(timestamp_delta),
+            encode_varint(offset_delta),
+            _NULL if key is None else encode_varint(len(key)),
+            b"" if key is None else key,
+            _NULL if value is None else encode_varint(len(value)),
+            b"" if value is None else value,
+            _ZERO if headers is None else headers,
+        )
+    )
+    prefix = encode_varint(len(body))
+    buf += prefix
+    buf += body
+    return len(prefix) + len(body)
+
+
+_append_record: Callable[
+    [bytearray, int, int, bytes | None, bytes | None, bytes | None], int
+] = _append_record_py if _native.speedups is None else _native.speedups.append_record
 
 
 class _Sealed:
@@ -330,6 +365,37 @@ class RecordBatchBuilder:
         if size > self.max_record_size:  # noqa: PLR1730 - see max_timestamp below
             self.max_record_size = size
         # An `if` rather than max(): it skips the store and a builtin call on the hot path.
+        if timestamp_ms > self.max_timestamp:  # noqa: PLR1730
+            self.max_timestamp = timestamp_ms
+        return True
+
+    def _try_append_native(
+        self,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+    ) -> bool:
+        """``try_append`` with the record encoded in C (aiokprod._native): same bytes, same
+        rules; it replaces ``try_append`` when the extension is in use."""
+        buf = self._target
+        mark = len(buf)  # raises RuntimeError once sealed (see _Sealed)
+        count = self.record_count
+        base = self.base_timestamp
+        if base is None:
+            base = self.base_timestamp = timestamp_ms
+        size = _append_record(buf, timestamp_ms - base, count, key, value,
+                              encode_headers(headers) if headers else None)
+        end = mark + size
+        if end > self._limit and count:
+            del buf[mark:]
+            self.full = True
+            return False
+        self.record_count = count + 1
+        if end + size > self._limit:
+            self.full = True
+        if size > self.max_record_size:  # noqa: PLR1730
+            self.max_record_size = size
         if timestamp_ms > self.max_timestamp:  # noqa: PLR1730
             self.max_timestamp = timestamp_ms
         return True
@@ -584,3 +650,7 @@ class RecordBatchBuilder:
             f"write_limit={self.write_limit})"
         )
 
+
+if _native.speedups is not None:
+    # the native path: chosen once here, so try_append costs no check per record
+    RecordBatchBuilder.try_append = RecordBatchBuilder._try_append_native  # type: ignore[method-assign]

@@ -1,0 +1,133 @@
+"""The native per-record path (aiokprod/_native) against its pure-Python twins.
+
+``make test`` runs the whole suite twice, with the extension and with
+``AIOKPROD_NO_EXTENSIONS=1``; these tests pin down that each run uses what it says, and that
+the twins agree bit for bit on random input (the suite then checks behaviour end to end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import sysconfig
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiokprod import _native
+from aiokprod.producer import batch as batch_module
+from aiokprod.producer import partitioner
+from aiokprod.producer.record_metadata import RecordMetadata
+from aiokprod.records import builder
+
+DISABLED = os.environ.get("AIOKPROD_NO_EXTENSIONS", "") not in ("", "0")
+native = _native.speedups
+needs_native = pytest.mark.skipif(native is None, reason="the native extension is not in use")
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+BYTES_OR_NONE = st.none() | st.binary(max_size=300)
+
+
+def test_the_extension_is_used_unless_disabled() -> None:
+    """A silently failed build must fail here, not pass the suite in pure Python."""
+    if DISABLED:
+        assert not _native.NATIVE
+        assert partitioner._murmur2_u32 is partitioner._murmur2_u32_py
+        assert builder._append_record is builder._append_record_py
+        assert batch_module._complete_deliveries is batch_module._complete_deliveries_py
+        return
+    compiler = sysconfig.get_config_var("CC") or "cc"
+    if shutil.which(compiler.split()[0]) is None:
+        pytest.skip(f"no C compiler ({compiler}) here: the pure-Python install is expected")
+    assert _native.NATIVE, ("the native extension was not built or did not import; "
+                            f"{sys.executable} -m pip install -e . shows why")
+    assert partitioner._murmur2_u32 is native.murmur2_u32  # type: ignore[union-attr]
+    assert builder.RecordBatchBuilder.try_append is \
+        builder.RecordBatchBuilder._try_append_native
+
+
+@needs_native
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=200))
+def test_murmur2_twins_agree(data: bytes) -> None:
+    assert native is not None
+    expected = partitioner._murmur2_u32_py(data)
+    assert native.murmur2_u32(data) == expected
+    assert native.murmur2_u32(bytearray(data)) == expected
+    assert native.murmur2_u32(memoryview(data)) == expected
+
+
+@needs_native
+def test_murmur2_matches_java_for_known_keys() -> None:
+    """Values from Java's Utils.murmur2 (the Kafka client's own partitioner test)."""
+    assert native is not None
+    cases = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
+             b"a-little-bit-longer-string": -1486304829,
+             b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+             b"abc": 479470107}
+    for key, java in cases.items():
+        assert partitioner.murmur2(key) == java, key
+        value = native.murmur2_u32(key)
+        assert (value - (1 << 32) if value & 0x80000000 else value) == java, key
+
+
+@needs_native
+@settings(max_examples=500, deadline=None)
+@given(prefix=st.binary(max_size=20), delta=INT64, offset=st.integers(0, 2**31 - 1),
+       key=BYTES_OR_NONE, value=BYTES_OR_NONE,
+       headers=st.none() | st.lists(st.tuples(st.text(max_size=10), BYTES_OR_NONE),
+                                    min_size=1, max_size=4))
+def test_record_encoding_twins_agree(prefix: bytes, delta: int, offset: int,
+                                     key: bytes | None, value: bytes | None,
+                                     headers: list[tuple[str, bytes | None]] | None) -> None:
+    assert native is not None
+    encoded = builder.encode_headers(headers) if headers else None
+    ours, theirs = bytearray(prefix), bytearray(prefix)
+    size = native.append_record(ours, delta, offset, key, value, encoded)
+    assert size == builder._append_record_py(theirs, delta, offset, key, value, encoded)
+    assert ours == theirs
+    assert len(ours) == len(prefix) + size
+
+
+@needs_native
+def test_record_encoding_refuses_what_python_refuses() -> None:
+    assert native is not None
+    for twin in (native.append_record, builder._append_record_py):
+        with pytest.raises(ValueError, match="signed 64-bit"):
+            twin(bytearray(), 2**63, 0, None, b"v", None)
+        with pytest.raises(TypeError):
+            twin(bytearray(), 0, 0, "not bytes", b"v", None)  # type: ignore[arg-type]
+    # bytes-like values are taken as their bytes, as b"".join takes them
+    a, b = bytearray(), bytearray()
+    native.append_record(a, 0, 0, bytearray(b"k"), memoryview(b"v"), None)
+    builder._append_record_py(b, 0, 0, bytearray(b"k"), memoryview(b"v"), None)  # type: ignore[arg-type]
+    assert a == b
+
+
+@needs_native
+async def test_batch_completion_twins_agree() -> None:
+    assert native is not None
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[object, object]] = []
+
+    def on_ack(md: RecordMetadata | None, error: BaseException | None) -> None:
+        seen.append((md, error))
+
+    for base_offset, append_time in ((100, -1), (-1, -1), (7, 123456)):
+        results = []
+        for twin in (native.complete_deliveries, batch_module._complete_deliveries_py):
+            futures = [loop.create_future() for _ in range(4)]
+            futures[2].cancel()  # a cancelled delivery is left alone
+            deliveries: list[object] = []
+            for i, f in enumerate(futures):
+                deliveries += [f, i, 1000 + i, -1 if i == 1 else 3, 10 * i]
+            twin(deliveries, "t", 5, base_offset, append_time, on_ack, RecordMetadata,
+                 batch_module._call_interceptor)
+            assert futures[2].cancelled()
+            results.append([f.result() for i, f in enumerate(futures) if i != 2])
+        assert results[0] == results[1]
+        assert all(type(md) is RecordMetadata for md in results[0])
+    assert len(seen) == 3 * 2 * 4
