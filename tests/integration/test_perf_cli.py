@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_perf_json_against_the_embedded_broker() -> None:
@@ -30,3 +33,22 @@ def test_perf_json_against_the_embedded_broker() -> None:
     assert report["metrics"]["producer-metrics:record-error-total"] == 0
     # No progress bar: stderr is not a terminal and --progress was not given.
     assert "[" not in proc.stderr
+
+
+def test_per_record_benchmark_runs_every_workload_shape(tmp_path: Path) -> None:
+    """benchmarks/per_record.py in --quick mode (tiny counts, one round): the machinery works
+    for both aiokprod paths and every row it writes is a run that delivered every record."""
+    out = tmp_path / "rows.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "per_record.py"), "--quick",
+         "--clients", "aiokprod,aiokprod-py", "--json", str(out)],
+        capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    workloads = {(r["client"], r["workload"]) for r in rows}
+    for client in ("aiokprod", "aiokprod-py"):
+        for workload in ("confirm-gather", "fire-and-forget", "send-many"):
+            assert (client, workload) in workloads
+    assert {"latency", "queued"} <= {r["workload"] for r in rows}
+    assert all(not r.get("failed") and r["errors"] == 0 for r in rows), rows
+    assert "| confirm-gather | 16 | 100 B | asyncio |" in proc.stdout
