@@ -2,10 +2,12 @@
 
 ``.venv/bin/python benchmarks/kip1269_window.py [--records 20000] [--repeats 3]``
 
-A fault-injecting proxy (``tests/support/proxy.py``) sits in front of a Tansu broker, adds 50 ms
-to every response and rewrites each Produce response's ``ProducerStateBatchesToRetain``
-(tag 1) to the window under test: 1, 5, 10, 20, and "classic" — no rewrite, the field absent,
-so the producer keeps Kafka's 5. The idempotent producer (acks=all, 100-byte records, Java's
+A fault-injecting proxy (``tests/support/proxy.py``) sits in front of an Apache Kafka broker
+(one KRaft node from ``tests/support/kafka_cluster.py``; Java 17 and the cached jars needed),
+adds 50 ms to every response and speaks Produce v14 for it (KIP-1269: v14 requests go on as
+v13, answers come back as v14) with ``ProducerStateBatchesToRetain`` (TopicProduceResponse,
+tag 1) set to the window under test: 1, 5, 10, 20, and "classic" — no rewrite, the field
+absent, so the producer keeps Kafka's 5. The idempotent producer (acks=all, 100-byte records, Java's
 default linger and batch size) sends ``--records`` records round-robin over a topic of 1 and of
 6 partitions, with ``max_in_flight_requests_per_connection = max(window, 5)``: the connection
 never binds before the partition does, so the per-partition limit the broker announced is what
@@ -41,9 +43,13 @@ sys.path.insert(0, str(ROOT))
 
 from aiokprod import Producer, RecordMetadata  # noqa: E402
 from aiokprod.network.metadata import TopicPartition  # noqa: E402
+from support.kafka_cluster import (  # type: ignore[import-not-found]  # noqa: E402
+    KafkaCluster,
+    ensure_kafka_jars,
+)
 from support.proxy import (  # type: ignore[import-not-found]  # noqa: E402
+    ProxyThread,
     set_batches_to_retain,
-    tansu_behind_proxy,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kip1269_window.md"
@@ -127,7 +133,13 @@ async def produce(bootstrap: str, topic: str, partitions: int, window: int, reco
 
 def run_once(partitions: int, window: int, records: int, round_no: int) -> Run:
     topic = f"kip1269-p{partitions}-w{window}-r{round_no}"
-    with tansu_behind_proxy(seed=round_no) as (broker, proxy):
+    jars = ensure_kafka_jars()
+    if isinstance(jars, str):
+        raise SystemExit(f"Apache Kafka unavailable: {jars}")
+    with ProxyThread(seed=round_no) as proxy, \
+            KafkaCluster(jars, brokers=1, advertised_ports={1: proxy.port}) as broker:
+        proxy.set_upstream("127.0.0.1", broker.port(1))
+        proxy.proxy.speak_produce_v14 = True
         broker.create_topic(topic, partitions)
         proxy.faults.rtt_ms = RTT_MS
         if window != CLASSIC:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokprod._backoff import ExponentialBackoff
+from aiokprod._error_codes import ErrorCode
 from aiokprod.config import parse_bootstrap_servers
 from aiokprod.errors import (
     AuthenticationError,
@@ -54,16 +55,17 @@ from aiokprod.network.nodes import (
     should_dial_another,
 )
 from aiokprod.network.security import SecurityOptions
-from aiokprod.protocol import MetadataRequest
+from aiokprod.protocol import MetadataRequest, MetadataResponse
 
 __all__ = ["Cluster", "ClusterStatistics", "parse_bootstrap"]
 
 log = logging.getLogger(__name__)
 
 # Errors on a topic that no amount of waiting fixes: fail the waiting send at once.
-_FATAL_TOPIC_ERRORS = frozenset({17, 29})  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+_FATAL_TOPIC_ERRORS = frozenset({ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                 ErrorCode.TOPIC_AUTHORIZATION_FAILED})
 # Errors on a topic that a later refresh may clear: keep refreshing while someone waits.
-_WAIT_TOPIC_ERRORS = frozenset({UNKNOWN_TOPIC_OR_PARTITION, 5})  # ..., LEADER_NOT_AVAILABLE
+_WAIT_TOPIC_ERRORS = frozenset({UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE})
 # How often housekeeping looks again at a link it could not close yet (requests in flight).
 _RECHECK_S = 1.0
 
@@ -440,7 +442,7 @@ class Cluster:
         response = await conn.request(request, version=version)
         self._apply_metadata(response)
 
-    def _apply_metadata(self, response: Any) -> None:
+    def _apply_metadata(self, response: MetadataResponse) -> None:
         view, moved = merge_metadata_response(self.view, response)
         # a topic that expired while this request was in flight stays forgotten
         gone = [t for t in view.topics if t not in self._topics]

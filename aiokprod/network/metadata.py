@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from aiokprod._error_codes import ErrorCode
+
+if TYPE_CHECKING:
+    from aiokprod.protocol import MetadataResponse
 
 __all__ = [
     "BrokerNode",
@@ -19,8 +24,8 @@ __all__ = [
     "merge_metadata_response",
 ]
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+LEADER_NOT_AVAILABLE = ErrorCode.LEADER_NOT_AVAILABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +129,8 @@ class ClusterView:
             {n: c for n, c in self.topic_errors.items() if n not in drop})
 
 
-def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[ClusterView, list[str]]:
+def merge_metadata_response(previous: ClusterView, response: MetadataResponse
+                            ) -> tuple[ClusterView, list[str]]:
     """Merge a MetadataResponse into ``previous``.
 
     Returns the new view and the topics whose partitions changed leader. Rules:
@@ -136,10 +142,12 @@ def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[Clust
     - a topic whose id changed (Metadata v10+) was deleted and re-created under the same name:
       nothing of the old topic is kept (its leader epochs restart, its partition count may
       differ) and it is reported among the moved topics, as the Java client's ``Metadata``
-      does when it compares topic ids.
+      does when it compares topic ids;
+    - a partition whose leader or leader epoch changed counts as moved: a new epoch is a new
+      term of leadership even on the same broker (KIP-1269 then starts its window at 5 again).
     """
     brokers = {
-        b.node_id: BrokerNode(b.node_id, b.host, b.port, getattr(b, "rack", None))
+        b.node_id: BrokerNode(b.node_id, b.host, b.port, b.rack)
         for b in response.brokers
     }
     topics = dict(previous.topics)
@@ -149,13 +157,13 @@ def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[Clust
         name = t.name
         if name is None:
             continue
-        if t.error_code != 0:
+        if t.error_code != ErrorCode.NONE:
             errors[name] = t.error_code
             if t.error_code == UNKNOWN_TOPIC_OR_PARTITION:
                 topics.pop(name, None)  # deleted or not created yet
             continue
         old = previous.topics.get(name)
-        topic_id = getattr(t, "topic_id", None)
+        topic_id = t.topic_id  # the zero UUID below Metadata v10
         changed = False
         if old is not None and _known_id(old.topic_id) and _known_id(topic_id) and \
                 old.topic_id != topic_id:
@@ -163,24 +171,22 @@ def merge_metadata_response(previous: ClusterView, response: Any) -> tuple[Clust
             changed = True
         parts: list[PartitionMetadata] = []
         for p in t.partitions:
-            epoch = getattr(p, "leader_epoch", -1)
+            epoch = p.leader_epoch  # -1 below Metadata v7
             known = old.partitions.get(p.partition_index) if old is not None else None
             if known is not None and 0 <= epoch < known.leader_epoch:
                 parts.append(known)
                 continue
             leader = p.leader_id if p.error_code != LEADER_NOT_AVAILABLE else -1
-            if known is not None and known.leader != leader:
+            if known is not None and (known.leader != leader or 0 <= known.leader_epoch < epoch):
                 changed = True
             parts.append(PartitionMetadata(
                 p.partition_index, leader, epoch, tuple(p.replica_nodes), tuple(p.isr_nodes),
-                tuple(getattr(p, "offline_replicas", ())), p.error_code))
-        topics[name] = TopicMetadata.build(name, parts, topic_id,
-                                           getattr(t, "is_internal", False))
+                tuple(p.offline_replicas), p.error_code))
+        topics[name] = TopicMetadata.build(name, parts, topic_id, t.is_internal)
         if changed:
             moved.append(name)
     view = ClusterView(
-        brokers, topics, getattr(response, "cluster_id", None),
-        getattr(response, "controller_id", -1), errors)
+        brokers, topics, response.cluster_id, response.controller_id, errors)
     return view, moved
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import (
     BrokerResponseError,
     KafkaConnectionError,
@@ -29,12 +31,13 @@ from aiokprod.errors import (
     error_for_code,
 )
 from aiokprod.network.cluster import Cluster
+from aiokprod.network.connection import BrokerConnection
 from aiokprod.network.metadata import BrokerNode, TopicPartition
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.idempotence import Action, IdempotenceManager
 from aiokprod.producer.retry_policy import classify
-from aiokprod.protocol import InitProducerIdRequest, ProduceRequest
+from aiokprod.protocol import InitProducerIdRequest, ProduceRequest, ProduceResponse
 
 if TYPE_CHECKING:
     from aiokprod.producer.transaction_manager import TransactionManager
@@ -43,13 +46,15 @@ __all__ = ["Sender", "SenderStatistics"]
 
 log = logging.getLogger(__name__)
 
-_NONE = 0
-_DUPLICATE_SEQUENCE_NUMBER = 46
-_OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-_NETWORK_EXCEPTION = 13
-_REQUEST_TIMED_OUT = 7
-_MESSAGE_TOO_LARGE = 10
-# Produce v13+ names topics by id (KIP-516); until topic ids are wired through, stay below it.
+_NONE = ErrorCode.NONE
+_DUPLICATE_SEQUENCE_NUMBER = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+_OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+_NETWORK_EXCEPTION = ErrorCode.NETWORK_EXCEPTION
+_REQUEST_TIMED_OUT = ErrorCode.REQUEST_TIMED_OUT
+_MESSAGE_TOO_LARGE = ErrorCode.MESSAGE_TOO_LARGE
+# Produce v14 (KIP-1269: the broker's de-duplication window in each answer); v13+ names
+# topics by id (KIP-516), so a request with a topic whose id is unknown stays at v12.
+_PRODUCE_MAX_VERSION = 14
 _PRODUCE_MAX_VERSION_BY_NAME = 12
 
 
@@ -136,7 +141,10 @@ class Sender:
         self._txn = transactions
         self._transactional_id = transactions.transactional_id if transactions else None
         # a transactional producer asks its TransactionManager (v11 or v12, KIP-890)
-        self._produce_max_version = _PRODUCE_MAX_VERSION_BY_NAME
+        self._produce_max_version = _PRODUCE_MAX_VERSION
+        # node → the connection its last Produce went out on: a new one resets the KIP-1269
+        # window of the node's partitions (the broker behind it may have changed)
+        self._produce_links: dict[int, BrokerConnection] = {}
         # starts background tasks: the producer's supervisor, so that a crash turns it fatal
         self._spawn = spawn or _plain_spawn
         # (node, now in ms, could drain): feeds partitioner.availability.timeout.ms, which
@@ -424,22 +432,40 @@ class Sender:
                 self._retry(batch, KafkaConnectionError(f"node {node} not connected"), now,
                             count_attempt=False)
             return
-        topics: dict[str, list[Any]] = {}
+        if self._produce_links.get(node) is not conn:
+            self._on_new_produce_link(node, conn)
+        topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}
         by_tp: dict[tuple[str, int], ProducerBatch] = {}
         for batch in batches:
             topics.setdefault(batch.topic, []).append(ProduceRequest.PartitionProduceData(
                 index=batch.partition, records=batch.sealed))
             by_tp[(batch.topic, batch.partition)] = batch
         self._cluster.touch_topics(topics, now)  # in use: its metadata must not expire
-        request = ProduceRequest(
-            transactional_id=self._transactional_id, acks=self._acks,
-            timeout_ms=self._request_timeout_ms,
-            topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p)
-                        for t, p in topics.items()])
+        top = self._txn.produce_max_version if self._txn is not None else \
+            self._produce_max_version
+        names: dict[uuid.UUID, str] = {}  # topic id → name, to read a v13+ answer
+        if top > _PRODUCE_MAX_VERSION_BY_NAME:
+            view = self._cluster.view.topics
+            for t in topics:
+                meta = view.get(t)
+                topic_id = meta.topic_id if meta is not None else None
+                if not isinstance(topic_id, uuid.UUID) or not topic_id.int:
+                    top = _PRODUCE_MAX_VERSION_BY_NAME  # an id we do not know: by name
+                    break
+                names[topic_id] = t
         try:
-            version = conn.version_for(
-                ProduceRequest, max_version=self._txn.produce_max_version
-                if self._txn is not None else self._produce_max_version)
+            version = conn.version_for(ProduceRequest, max_version=top)
+            if version > _PRODUCE_MAX_VERSION_BY_NAME:
+                ids = {t: i for i, t in names.items()}
+                topic_data = [ProduceRequest.TopicProduceData(topic_id=ids[t], partition_data=p)
+                              for t, p in topics.items()]
+            else:
+                names = {}
+                topic_data = [ProduceRequest.TopicProduceData(name=t, partition_data=p)
+                              for t, p in topics.items()]
+            request = ProduceRequest(
+                transactional_id=self._transactional_id, acks=self._acks,
+                timeout_ms=self._request_timeout_ms, topic_data=topic_data)
             future = conn.send(request, version=version, expect_response=self._acks != 0)
         except KafkaError as exc:  # e.g. no Produce version in common: nothing left the client
             for batch in batches:
@@ -472,10 +498,25 @@ class Sender:
                         max_record_bytes=batch.builder.max_record_size,
                         queue_time_ms=(now - batch.created_at) * 1000, now=now)
             metrics.record_request(node, record_count=records, size_bytes=size, now=now)
-        future.add_done_callback(lambda f: self._on_produce_done(node, by_tp, f, now))
+        future.add_done_callback(lambda f: self._on_produce_done(node, by_tp, names, f, now))
+
+    def _on_new_produce_link(self, node: int, conn: BrokerConnection) -> None:
+        """KIP-1269: a (re-)established connection starts every partition it leads at the
+        classic window of 5 until that broker's answers say otherwise."""
+        first = node not in self._produce_links
+        self._produce_links[node] = conn
+        idem = self._idem
+        if idem is None or first:
+            return  # nothing was learned from this node yet
+        for topic, meta in self._cluster.view.topics.items():
+            for partition, pm in meta.partitions.items():
+                if pm.leader == node:
+                    idem.on_leader_change(TopicPartition(topic, partition))
 
     def _on_produce_done(self, node: int, by_tp: dict[tuple[str, int], ProducerBatch],
-                         future: asyncio.Future[Any], sent_at: float) -> None:
+                         names: dict[uuid.UUID, str],
+                         future: asyncio.Future[ProduceResponse | None], sent_at: float
+                         ) -> None:
         self._in_flight_requests[node] -= 1
         now = self._clock()
         try:
@@ -494,16 +535,17 @@ class Sender:
             if self._metrics is not None:
                 self._metrics.record_response(
                     node, latency_ms=(now - sent_at) * 1000, size_bytes=0,
-                    throttle_ms=getattr(response, "throttle_time_ms", 0), now=now)
-            endpoints = [BrokerNode(e.node_id, e.host, e.port, getattr(e, "rack", None))
-                         for e in getattr(response, "node_endpoints", ())]
+                    throttle_ms=response.throttle_time_ms, now=now)
+            endpoints = [BrokerNode(e.node_id, e.host, e.port, e.rack)
+                         for e in response.node_endpoints]
             for topic in response.responses:
+                name = names.get(topic.topic_id, "") if names else topic.name
                 for p in topic.partition_responses:
-                    found = by_tp.pop((topic.name, p.index), None)
+                    found = by_tp.pop((name, p.index), None)
                     if found is None:
                         continue  # the broker answered for something we did not send
                     try:
-                        self._handle_partition(found, topic, p, endpoints, now)
+                        self._handle_partition(node, found, topic, p, endpoints, now)
                     except Exception as exc:  # one bad partition must not strand the others
                         log.exception("[client %s] %s-%d: handling the Produce response failed",
                                       self._client, found.topic, found.partition)
@@ -516,16 +558,18 @@ class Sender:
         finally:
             self.wakeup()
 
-    def _handle_partition(self, batch: ProducerBatch, topic: Any, p: Any,
+    def _handle_partition(self, node: int, batch: ProducerBatch,
+                          topic: ProduceResponse.TopicProduceResponse,
+                          p: ProduceResponse.PartitionProduceResponse,
                           endpoints: list[BrokerNode], now: float) -> None:
         idem = self._idem
-        if idem is not None:
-            # KIP-1269: per partition, or per topic as the KIP's JSON diff has it; absent = 5
-            limit = getattr(p, "producer_state_batches_to_retain", 5)
-            if limit == 5:
-                limit = getattr(topic, "producer_state_batches_to_retain", 5)
+        meta = self._cluster.view.topics.get(batch.topic)
+        if idem is not None and meta is not None and meta.leader(batch.partition) == node:
+            # KIP-1269: the topic's window on this leader (Produce v14+; 5 when absent). Only
+            # the current leader's answers count: a late one from a former leader must not
+            # raise the window again after a leader change put it back to 5.
             idem.on_response_batches_to_retain(TopicPartition(batch.topic, batch.partition),
-                                               limit)
+                                               topic.producer_state_batches_to_retain)
         code = p.error_code
         if code == _NONE:
             self._complete(batch, p.base_offset, p.log_append_time_ms)
@@ -537,8 +581,8 @@ class Sender:
             # never sent ambiguously under these sequences: not our batch the broker holds,
             # but a collision with an older one (see duplicate_is_success); a gap, in effect
             code = _OUT_OF_ORDER_SEQUENCE_NUMBER
-        leader = getattr(p, "current_leader", None)
-        if leader is not None and leader.leader_id >= 0:
+        leader = p.current_leader
+        if leader.leader_id >= 0:
             self._cluster.apply_leader_hint(TopicPartition(batch.topic, batch.partition),
                                             leader.leader_id, leader.leader_epoch, endpoints)
         cls = error_for_code(code)

@@ -79,6 +79,7 @@ _END_TXN_V1_MAX = 4
 _END_TXN_V2 = 5
 _PRODUCE_V1_MAX = 11
 _PRODUCE_V2 = 12
+_PRODUCE_V2_MAX = 14
 _TXN_OFFSET_COMMIT_V1_MAX = 4
 #: The highest transaction version used where the cluster finalizes it (tests lower it to run
 #: the version-1 protocol against a broker that offers both).
@@ -216,9 +217,10 @@ class TransactionManager:
 
     @property
     def produce_max_version(self) -> int:
-        """Produce v12 only under transaction version 2: it tells the broker to add the
-        partition implicitly; AddPartitionsToTxn users stay at v11, as Java does."""
-        return _PRODUCE_V2 if self.transaction_version >= 2 else _PRODUCE_V1_MAX
+        """Produce v12+ only under transaction version 2: it tells the broker to add the
+        partition implicitly; AddPartitionsToTxn users stay at v11, as Java does. (Above
+        v12: topic ids and KIP-1269, where the sender knows the ids.)"""
+        return _PRODUCE_V2_MAX if self.transaction_version >= 2 else _PRODUCE_V1_MAX
 
     def after_drain(self) -> None:
         """Once per sender wake-up: one AddPartitionsToTxn for every partition seen pending."""

@@ -1,20 +1,25 @@
 """KIP-1269 for real: a broker that advertises a larger dedup window gets more in flight.
 
-No released broker sends ``ProducerStateBatchesToRetain`` yet, so the proxy adds it (tag 1) to
-Tansu's Produce responses, and 50 ms of RTT so that in-flight depth matters. The producer must
-raise the partition's window to what the broker says, never exceed it, and stay exactly-once;
-without the field it must keep the classic 5.
+No released broker speaks Produce v14 yet, so a proxy in front of Apache Kafka (which stops at
+v13) speaks it as the KIP says: it advertises v14, forwards v14 requests as v13 (the same bytes)
+and answers them as v14 with ``ProducerStateBatchesToRetain`` (TopicProduceResponse, tag 1),
+with 50 ms of RTT so that in-flight depth matters. The producer must negotiate v14, raise the
+partition's window to what the broker says, never exceed it, and stay exactly-once; without the
+field (Tansu, Produce v11) it must keep the classic 5.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
+from test_kafka_exactly_once import kafka_behind_proxy
 
 from aiokprod import Producer
 from aiokprod.network.metadata import TopicPartition
+from support.kafka_cluster import KafkaCluster
 from support.proxy import set_batches_to_retain, tansu_behind_proxy
 from support.reader import read_back
 
@@ -46,16 +51,19 @@ async def produce_and_watch(bootstrap: str, topic: str, count: int, max_in_fligh
 
 
 @pytest.mark.parametrize("window", [20])
-def test_window_learned_from_broker_is_used_and_respected(window: int) -> None:
-    with tansu_behind_proxy(seed=7) as (broker, proxy):
-        broker.create_topic("kip1269", 1)
+def test_window_learned_from_broker_is_used_and_respected(
+        kafka_factory: Callable[..., KafkaCluster], window: int) -> None:
+    with kafka_behind_proxy(kafka_factory, seed=7) as (cluster, proxy):
+        cluster.create_topic("kip1269", 1)
+        proxy.proxy.speak_produce_v14 = True
         proxy.faults.rtt_ms = 50
         proxy.faults.rewrite_produce_responses(set_batches_to_retain(window))
         deepest, limit = asyncio.run(produce_and_watch(proxy.bootstrap, "kip1269", 3000, 25))
         stats = proxy.statistics()
-        records = read_back(broker.bootstrap, "kip1269", expected=3000, settle=0.5)
+        records = read_back(cluster.bootstrap, "kip1269", expected=3000, settle=0.5)
     print(f"window={window} deepest={deepest} limit={limit} "
-          f"produce_requests={stats.produce_requests}")
+          f"produce_requests={stats.produce_requests} versions={dict(stats.produce_versions)}")
+    assert set(stats.produce_versions) == {14}  # negotiated v14 (topic ids + the field)
     assert limit == window
     assert 5 < deepest <= window
     counts = Counter(r.value for r in records)
@@ -69,12 +77,15 @@ def test_without_the_field_the_window_stays_five() -> None:
         broker.create_topic("classic", 1)
         proxy.faults.rtt_ms = 50
         deepest, limit = asyncio.run(produce_and_watch(proxy.bootstrap, "classic", 1500, 25))
-    print(f"no field: deepest={deepest} limit={limit}")
+        versions = dict(proxy.statistics().produce_versions)
+    print(f"no field: deepest={deepest} limit={limit} versions={versions}")
+    assert set(versions) == {11}  # Tansu stops at Produce v11: no v14, no field
     assert limit == 5
     assert deepest <= 5
 
 
-def test_a_leader_change_resets_the_window_to_five() -> None:
+def test_a_leader_change_resets_the_window_to_five(
+        kafka_factory: Callable[..., KafkaCluster]) -> None:
     """Also for a partition with nothing in flight when the leaders move (KIP-1269: the new
     leader may be an old broker with the hard-coded window of 5)."""
 
@@ -91,8 +102,9 @@ def test_a_leader_change_resets_the_window_to_five() -> None:
                 callback(["moves"])
             return learned, sender._idem.partition_state(TopicPartition("moves", 0)).in_flight_limit
 
-    with tansu_behind_proxy(seed=7) as (broker, proxy):
-        broker.create_topic("moves", 1)
+    with kafka_behind_proxy(kafka_factory, seed=7) as (cluster, proxy):
+        cluster.create_topic("moves", 1)
+        proxy.proxy.speak_produce_v14 = True
         proxy.faults.rewrite_produce_responses(set_batches_to_retain(20))
         learned, after = asyncio.run(scenario(proxy.bootstrap))
     assert (learned, after) == (20, 5)

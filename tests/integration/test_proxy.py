@@ -304,9 +304,13 @@ def test_delayed_and_stalled_responses_keep_their_order(
 # -- rewrite Produce responses ---------------------------------------------------------------
 
 
-def test_rewritten_produce_response_carries_kip1269_field(
+def test_kip1269_field_is_refused_below_produce_v14(
     pair: tuple[TansuBroker, ProxyThread], request: pytest.FixtureRequest
 ) -> None:
+    """ProducerStateBatchesToRetain exists from ProduceResponse v14 (KIP-1269): a real v9
+    answer does not carry it (its default shows) and the rewrite hook refuses to pretend it
+    does. The v14 path, through a proxy in front of Kafka, is tests/chaos/test_kip1269_window.py.
+    """
     broker, proxy = pair
     topic = make_topic(broker, request)
     assert broker.api_versions[PRODUCE][1] >= FLEXIBLE_PRODUCE_VERSION
@@ -314,17 +318,10 @@ def test_rewritten_produce_response_carries_kip1269_field(
     plain = produce_v9(proxy, topic, b"plain", correlation_id=11)
     [plain_partition] = plain.responses[0].partition_responses
     assert plain_partition.error_code == 0
-    # No released broker sends the tagged field, so the decoder's default shows.
-    assert plain_partition.producer_state_batches_to_retain == 5
-
-    rule = proxy.faults.rewrite_produce_responses(set_batches_to_retain(20))
-    rewritten = produce_v9(proxy, topic, b"rewritten", correlation_id=12)
-    [partition] = rewritten.responses[0].partition_responses
-    assert partition.producer_state_batches_to_retain == 20
-    # Everything else the broker said survives the re-encoding.
-    assert (partition.error_code, partition.base_offset) == (0, plain_partition.base_offset + 1)
-    assert rule.hits == proxy.statistics().produce_responses_rewritten == 1
-    assert values_in(proxy, topic, 2) == [b"plain", b"rewritten"]
+    assert plain.responses[0].producer_state_batches_to_retain == 5
+    with pytest.raises(ProxyError, match="v14"):
+        set_batches_to_retain(20)(plain, 9)
+    assert values_in(proxy, topic, 1) == [b"plain"]
 
 
 def test_a_failing_rewrite_hook_resets_the_client_and_fails_the_proxy(tmp_path: Path) -> None:

@@ -137,7 +137,9 @@ def test_request_frame_uses_header_v2_with_a_classic_client_id() -> None:
 
 
 @pytest.mark.parametrize("version", [9, 13, 14])
-def test_produce_response_kip1269_tag_is_read_in_any_flexible_version(version: int) -> None:
+def test_produce_response_kip1269_tag_is_read_from_v14_only(version: int) -> None:
+    """KIP-1269's JSON: ProducerStateBatchesToRetain is TopicProduceResponse's tag 1 from v14.
+    Below v14 (and at partition level) a tag 1 is an unknown tagged field: kept, not read."""
     topic = (h("02") + b"t") if version < 13 else bytes(range(16))
     frame = (
         h("02") + topic  # one topic: name (v9-12) or topic id (v13+)
@@ -145,7 +147,7 @@ def test_produce_response_kip1269_tag_is_read_in_any_flexible_version(version: i
         + h("00000003 0000 0000000000000064")  # index 3, no error, base offset 100
         + h("ffffffffffffffff ffffffffffffffff")  # log append time, log start offset: -1
         + h("01 00")  # no record errors, null error message
-        + h("01 01 04 00000014")  # partition tags: tag 1 = 20
+        + h("01 01 04 00000014")  # partition tags: tag 1 = 20 (not a KIP-1269 field)
         + h("01 01 04 00000007")  # topic tags: tag 1 = 7
         + h("00000000")  # throttle time
         + h("00")  # response tags
@@ -154,17 +156,23 @@ def test_produce_response_kip1269_tag_is_read_in_any_flexible_version(version: i
     topic_resp = decoded.responses[0]
     part = topic_resp.partition_responses[0]
     assert (part.index, part.base_offset) == (3, 100)
-    assert part.producer_state_batches_to_retain == 20
-    assert topic_resp.producer_state_batches_to_retain == 7
+    assert not hasattr(part, "producer_state_batches_to_retain")
+    assert part.unknown_tagged_fields == {1: h("00000014")}
+    if version >= 14:
+        assert topic_resp.producer_state_batches_to_retain == 7
+        assert not topic_resp.unknown_tagged_fields
+    else:
+        assert topic_resp.producer_state_batches_to_retain == 5
+        assert topic_resp.unknown_tagged_fields == {1: h("00000007")}
     assert decoded.encode(version) == frame
 
 
 def test_produce_response_without_kip1269_tag_defaults_to_five() -> None:
-    part = ProduceResponse.PartitionProduceResponse(index=0)
-    decoded = ProduceResponse.decode(
-        ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
-            name="t", partition_responses=[part])]).encode(11),
-        11,
-    )
-    assert decoded.responses[0].partition_responses[0].producer_state_batches_to_retain == 5
-    assert decoded.responses[0].producer_state_batches_to_retain == 5
+    for version in (11, 14):
+        decoded = ProduceResponse.decode(
+            ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+                name="t", partition_responses=[ProduceResponse.PartitionProduceResponse(
+                    index=0)])]).encode(version),
+            version,
+        )
+        assert decoded.responses[0].producer_state_batches_to_retain == 5

@@ -78,9 +78,11 @@ class ClusterScript:
 def produce_ok(req: ScriptedRequest) -> ProduceResponse:
     """Every partition appended at offset 0."""
     return ProduceResponse(responses=[
-        ProduceResponse.TopicProduceResponse(name=t.name, partition_responses=[
-            ProduceResponse.PartitionProduceResponse(index=p.index, error_code=0, base_offset=0)
-            for p in t.partition_data])
+        ProduceResponse.TopicProduceResponse(
+            name=t.name, topic_id=t.topic_id, partition_responses=[
+                ProduceResponse.PartitionProduceResponse(index=p.index, error_code=0,
+                                                         base_offset=0)
+                for p in t.partition_data])
         for t in req.body.topic_data])
 
 

@@ -40,7 +40,13 @@ from types import MappingProxyType, TracebackType
 from typing import Any
 
 from aiokprod.devbroker import TansuBroker
-from aiokprod.protocol import ProduceRequest, ProduceResponse, decode_response_header
+from aiokprod.protocol import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ProduceRequest,
+    ProduceResponse,
+    decode_response_header,
+)
 from support.faults import PRODUCE_API_KEY, FaultPlan, ResponseDecision
 
 __all__ = [
@@ -55,6 +61,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_API_VERSION = struct.Struct(">h")  # a request header's api_version (bytes 2-3 of the frame)
+# KIP-1269: Produce v14 is v13 on the wire for the request; the response adds a tagged field
+_PRODUCE_V14 = 14
+_PRODUCE_V13 = 13
 _REQUEST_HEADER_START = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 # A frame bigger than this is a framing bug (or garbage), not a Kafka message.
 _MAX_FRAME = 256 * 1024 * 1024
@@ -84,6 +94,8 @@ class ProxyStatistics:
     requests_by_api_key: Mapping[int, int]
     # Responses seen from the broker, by the API key of the request they answer.
     responses_by_api_key: Mapping[int, int]
+    # Produce responses by the version the client asked for (what it negotiated).
+    produce_versions: Mapping[int, int]
     # Produce requests with acks=0, for which no response is expected or tracked.
     produce_requests_without_response: int
     # Produce requests not forwarded because a reset rule hit them.
@@ -123,6 +135,7 @@ class _Counters:
         self.upstream_connect_failures = 0
         self.requests: Counter[int] = Counter()
         self.responses: Counter[int] = Counter()
+        self.produce_versions: Counter[int] = Counter()
         self.produce_requests_without_response = 0
         self.produce_requests_reset = 0
         self.produce_responses_dropped = 0
@@ -148,6 +161,7 @@ class _Counters:
                 upstream_connect_failures=self.upstream_connect_failures,
                 requests_by_api_key=MappingProxyType(dict(self.requests)),
                 responses_by_api_key=MappingProxyType(dict(self.responses)),
+                produce_versions=MappingProxyType(dict(self.produce_versions)),
                 produce_requests_without_response=self.produce_requests_without_response,
                 produce_requests_reset=self.produce_requests_reset,
                 produce_responses_dropped=self.produce_responses_dropped,
@@ -226,21 +240,21 @@ def _produce_acks(frame: bytes, version: int) -> int:
 
 
 def set_batches_to_retain(value: int) -> Any:
-    """A rewrite hook setting KIP-1269's ``producer_state_batches_to_retain`` everywhere.
+    """A rewrite hook setting KIP-1269's ``ProducerStateBatchesToRetain`` of every topic.
 
-    Only flexible versions (v9+) can carry the tagged field; the hook refuses older ones
-    rather than pretend, since the field would silently vanish on re-encoding.
+    The field exists in ProduceResponse v14+ only (TopicProduceResponse, tag 1); the hook
+    refuses older versions rather than pretend, since the field would not be on the wire.
+    Pair it with ``KafkaProxy.speak_produce_v14`` in front of a broker that stops at v13.
     """
 
     def rewrite(response: Any, version: int) -> None:
-        if ProduceResponse.header_version(version) < 1:
+        if version < _PRODUCE_V14:
             raise ProxyError(
-                f"ProduceResponse v{version} is not flexible and cannot carry "
-                "producer_state_batches_to_retain"
+                f"ProduceResponse v{version} cannot carry ProducerStateBatchesToRetain "
+                "(KIP-1269: v14+)"
             )
         for topic in response.responses:
-            for partition in topic.partition_responses:
-                partition.producer_state_batches_to_retain = value
+            topic.producer_state_batches_to_retain = value
 
     return rewrite
 
@@ -253,7 +267,8 @@ class _Awaited:
     """What a forwarded request was, so its response can be recognised."""
 
     api_key: int
-    api_version: int
+    api_version: int  # what the client sent
+    upstream_version: int = -1  # what the broker got, when the proxy translated it (v14 -> v13)
 
 
 @dataclass(frozen=True)
@@ -310,6 +325,9 @@ class KafkaProxy:
         self._upstream = upstream
         # The plan tests configure; shared with (and read under its own lock by) this proxy.
         self.faults = faults if faults is not None else FaultPlan(seed)
+        # KIP-1269 for brokers that stop at Produce v13: advertise v14, forward it as v13 and
+        # answer it as v14 (with set_batches_to_retain adding the field)
+        self.speak_produce_v14 = False
         self.connect_timeout = connect_timeout
         self._counters = _Counters()
         self._server: asyncio.Server | None = None
@@ -545,7 +563,13 @@ class KafkaProxy:
                 self._close(link, abort=True)
                 return
             if expects_response:
-                link.awaited[correlation_id] = _Awaited(api_key, api_version)
+                upstream = api_version
+                if api_key == PRODUCE_API_KEY and api_version == _PRODUCE_V14 and \
+                        self.speak_produce_v14:
+                    # the request is the same as v13 on the wire: only the header changes
+                    frame = frame[:2] + _API_VERSION.pack(_PRODUCE_V13) + frame[4:]
+                    upstream = _PRODUCE_V13
+                link.awaited[correlation_id] = _Awaited(api_key, api_version, upstream)
                 counters.add("responses_awaited")
             link.upstream_writer.write(_SIZE.pack(len(frame)) + frame)
             await link.upstream_writer.drain()
@@ -569,6 +593,10 @@ class KafkaProxy:
             with counters.lock:
                 counters.responses_awaited -= 1
                 counters.responses[awaited.api_key] += 1
+                if awaited.api_key == PRODUCE_API_KEY:
+                    counters.produce_versions[awaited.api_version] += 1
+            if awaited.api_key == ApiVersionsRequest.API_KEY and self.speak_produce_v14:
+                frame = self._advertise_produce_v14(frame, awaited.api_version)
             decision = self.faults.on_response(awaited.api_key)
             release_at = now + decision.delay_seconds
             if decision.drop:
@@ -580,8 +608,9 @@ class KafkaProxy:
                 )
                 self._enqueue(link, _Outgoing(None, release_at, abort=decision.abort))
                 continue
-            if decision.rewrites:
-                frame = self._rewrite(frame, awaited.api_version, decision)
+            translated = awaited.upstream_version not in (-1, awaited.api_version)
+            if decision.rewrites or translated:
+                frame = self._rewrite(frame, awaited, decision)
                 counters.add("produce_responses_rewritten")
             if decision.stall_seconds > 0:
                 release_at += decision.stall_seconds
@@ -598,14 +627,28 @@ class KafkaProxy:
         link.outbox.put_nowait(item)
 
     @staticmethod
-    def _rewrite(frame: bytes, version: int, decision: ResponseDecision) -> bytes:
-        """Decode, let each hook edit, re-encode with the same version and header bytes."""
-        _, header_size = decode_response_header(frame, ProduceResponse.header_version(version))
-        response = ProduceResponse.decode(frame[header_size:], version)
+    def _rewrite(frame: bytes, awaited: _Awaited, decision: ResponseDecision) -> bytes:
+        """Decode (at the version the broker answered), let each hook edit, re-encode at the
+        version the client asked for, with the same header bytes (v13 and v14 share them)."""
+        version = awaited.api_version
+        upstream = version if awaited.upstream_version < 0 else awaited.upstream_version
+        _, header_size = decode_response_header(frame, ProduceResponse.header_version(upstream))
+        response = ProduceResponse.decode(frame[header_size:], upstream)
         for hook in decision.rewrites:
             replaced = hook(response, version)
             if replaced is not None:
                 response = replaced
+        return frame[:header_size] + bytes(response.encode(version))
+
+    @staticmethod
+    def _advertise_produce_v14(frame: bytes, version: int) -> bytes:
+        """ApiVersions answer: Produce up to v14 where the broker reaches v13 (the proxy turns
+        v14 into v13 and back). Its header is v0 whatever the version (KIP-511)."""
+        _, header_size = decode_response_header(frame, 0)
+        response = ApiVersionsResponse.decode(frame[header_size:], version)
+        for key in response.api_keys:
+            if key.api_key == PRODUCE_API_KEY and key.max_version >= _PRODUCE_V13:
+                key.max_version = _PRODUCE_V14
         return frame[:header_size] + bytes(response.encode(version))
 
     async def _deliver(self, link: _Link) -> None:

@@ -48,6 +48,16 @@ def test_older_leader_epoch_is_ignored_and_newer_moves_leader() -> None:
     assert newer.topics["t"].leader(0) == 2 and moved == ["t"]
 
 
+def test_a_new_leader_epoch_on_the_same_broker_counts_as_a_leader_change() -> None:
+    """KIP-1269: a new term of leadership restarts the partition's window at 5, even when the
+    same broker won it again (it may have lost its producer state meanwhile)."""
+    view, _ = merge_metadata_response(ClusterView({}, {}), response([(0, 1, 5)]))
+    _, moved = merge_metadata_response(view, response([(0, 1, 5)]))
+    assert moved == []
+    again, moved = merge_metadata_response(view, response([(0, 1, 6)]))
+    assert again.topics["t"].leader(0) == 1 and moved == ["t"]
+
+
 def test_unknown_topic_is_dropped_and_recorded() -> None:
     view, _ = merge_metadata_response(ClusterView({}, {}), response([(0, 1, 5)]))
     gone, _ = merge_metadata_response(view, response([], error=3))

@@ -23,7 +23,8 @@ import aiokprod.producer.producer as producer_module
 from aiokprod import Producer
 from aiokprod.errors import BufferExhaustedError
 from aiokprod.network.cluster import Cluster
-from support.memory_transport import INIT_PRODUCER_ID, PRODUCE, ScriptedNetwork
+from aiokprod.network.metadata import TopicPartition
+from support.memory_transport import INIT_PRODUCER_ID, PRODUCE, ScriptedNetwork, produce_ok
 
 H = "127.0.0.1"
 
@@ -119,3 +120,100 @@ async def test_acks0_memory_stays_taken_until_the_buffer_drains(
         assert md.offset == -1  # acks=0: no offset comes back
         await asyncio.wait_for(p.send("t", value), 1)  # memory was released
         await asyncio.wait_for(p.flush(), 2)
+
+
+# ---- KIP-1269 on Produce v14 ----------------------------------------------------------------
+
+
+def _answer_with_window(window: int | None) -> Any:
+    """A Produce handler answering every partition at offset 0, with the topic's
+    ProducerStateBatchesToRetain = ``window`` (None: hold the request, never answer)."""
+
+    def handler(req: Any) -> Any:
+        if window is None:
+            return None
+        assert req.api_version == 14, req.api_version  # topic ids + KIP-1269 negotiated
+        response = produce_ok(req)
+        for topic in response.responses:
+            topic.producer_state_batches_to_retain = window
+        return response
+
+    return handler
+
+
+def _window(p: Producer, partition: int = 0) -> int:
+    sender = p._sender
+    assert sender is not None and sender._idem is not None
+    return sender._idem.partition_state(TopicPartition("t", partition)).in_flight_limit
+
+
+async def test_kip1269_window_comes_from_produce_v14_with_topic_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    node.produce = _answer_with_window(20)
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0) as p:
+        meta = await p.send_and_wait("t", b"v")
+        assert (meta.topic, meta.offset) == ("t", 0)  # the answer was mapped back by topic id
+        assert _window(p) == 20
+        produced = [r for r in node.requests if r.api_key == PRODUCE]
+        assert {r.api_version for r in produced} == {14}
+        assert all(t.topic_id.int and t.name == "" for r in produced for t in r.body.topic_data)
+
+
+async def test_kip1269_window_goes_back_to_five_on_a_new_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    node.produce = _answer_with_window(20)
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0) as p:
+        await p.send_and_wait("t", b"learn")
+        assert _window(p) == 20
+        node.produce = _answer_with_window(None)  # the next answer never comes
+        node.open_transports()[-1].server_close()
+        await asyncio.sleep(0.05)
+        held = await p.send("t", b"on the new connection")
+        for _ in range(200):
+            if len(node.open_transports()) == 1 and node.count(PRODUCE) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert node.count(PRODUCE) >= 2
+        assert _window(p) == 5  # nothing learned from this connection yet
+        held.cancel()
+
+
+async def test_kip1269_late_answer_from_a_former_leader_does_not_raise_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    net = ScriptedNetwork()
+    old, new = net.node(9001, broker_id=1), net.node(9002, broker_id=2)
+    net.cluster.add_topic("t", {0: 1})
+    old.produce = _answer_with_window(20)
+    new.produce = _answer_with_window(None)
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0,
+                                 request_timeout_ms=30_000) as p:
+        await p.send_and_wait("t", b"learn")
+        assert _window(p) == 20
+        old.produce = _answer_with_window(None)  # hold the next one
+        late = await p.send("t", b"answered late")
+        for _ in range(200):
+            if old.count(PRODUCE) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        held = [r for r in old.requests if r.api_key == PRODUCE][-1]
+        # the partition moves to broker 2 with a new leader epoch (as a KIP-951 hint in
+        # another answer says; a Metadata request to broker 1 would queue behind the held
+        # Produce): the window starts at 5 again
+        cluster = p._cluster
+        assert cluster is not None
+        cluster.apply_leader_hint(TopicPartition("t", 0), 2, 1, [])
+        assert cluster.view.topics["t"].leader(0) == 2
+        assert _window(p) == 5
+        # now the former leader's answer arrives, still saying 20
+        answer = _answer_with_window(20)(held)
+        transport = old.open_transports()[-1]
+        asyncio.get_running_loop().call_soon(transport._deliver, held.respond(answer))
+        await asyncio.wait_for(late, 5)
+        assert _window(p) == 5

@@ -82,8 +82,8 @@ class ProduceResponse:
             topic_id (uuid; versions 13+, ignorable): The unique topic ID
             partition_responses ([]PartitionProduceResponse; versions 0+): Each partition that we
                 produced to within the topic.
-            producer_state_batches_to_retain (int32; versions 9+, tag 1 in 9+, ignorable): The
-                maximum number of idempotent batches the broker retains for this topic (KIP-1269).
+            producer_state_batches_to_retain (int32; versions 14+, tag 1 in 14+): The maximum number
+                of idempotent batches to retain in the broker.
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
         """
@@ -94,7 +94,7 @@ class ProduceResponse:
             FieldInfo('name', 'Name', 'string', (0, 12), (1, 0), None, (1, 0), True),
             FieldInfo('topic_id', 'TopicId', 'uuid', (13, 14), (1, 0), None, (1, 0), True),
             FieldInfo('partition_responses', 'PartitionResponses', '[]PartitionProduceResponse', (0, 14), (1, 0), None, (1, 0), False),
-            FieldInfo('producer_state_batches_to_retain', 'ProducerStateBatchesToRetain', 'int32', (9, 14), (1, 0), 1, (9, 14), True),
+            FieldInfo('producer_state_batches_to_retain', 'ProducerStateBatchesToRetain', 'int32', (14, 14), (1, 0), 1, (14, 14), False),
         )
 
         name: str
@@ -160,14 +160,11 @@ class ProduceResponse:
                 summarizing the common root cause of the records that caused the batch to be dropped
             current_leader (LeaderIdAndEpoch; versions 10+, tag 0 in 10+): (no description in the
                 spec)
-            producer_state_batches_to_retain (int32; versions 9+, tag 1 in 9+, ignorable): The
-                maximum number of idempotent batches the broker retains for this partition
-                (KIP-1269).
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
         """
 
-        __slots__ = ('index', 'error_code', 'base_offset', 'log_append_time_ms', 'log_start_offset', 'record_errors', 'error_message', 'current_leader', 'producer_state_batches_to_retain', 'unknown_tagged_fields')
+        __slots__ = ('index', 'error_code', 'base_offset', 'log_append_time_ms', 'log_start_offset', 'record_errors', 'error_message', 'current_leader', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
             FieldInfo('index', 'Index', 'int32', (0, 14), (1, 0), None, (1, 0), False),
@@ -178,7 +175,6 @@ class ProduceResponse:
             FieldInfo('record_errors', 'RecordErrors', '[]BatchIndexAndErrorMessage', (8, 14), (1, 0), None, (1, 0), True),
             FieldInfo('error_message', 'ErrorMessage', 'string', (8, 14), (8, 14), None, (1, 0), True),
             FieldInfo('current_leader', 'CurrentLeader', 'LeaderIdAndEpoch', (10, 14), (1, 0), 0, (10, 14), False),
-            FieldInfo('producer_state_batches_to_retain', 'ProducerStateBatchesToRetain', 'int32', (9, 14), (1, 0), 1, (9, 14), True),
         )
 
         index: int
@@ -189,7 +185,6 @@ class ProduceResponse:
         record_errors: list[ProduceResponse.BatchIndexAndErrorMessage]
         error_message: str | None
         current_leader: ProduceResponse.LeaderIdAndEpoch
-        producer_state_batches_to_retain: int
         unknown_tagged_fields: dict[int, bytes]
 
         def __init__(
@@ -203,7 +198,6 @@ class ProduceResponse:
             record_errors: list[ProduceResponse.BatchIndexAndErrorMessage] | _Missing = MISSING,
             error_message: str | None = None,
             current_leader: ProduceResponse.LeaderIdAndEpoch | _Missing = MISSING,
-            producer_state_batches_to_retain: int = 5,
             unknown_tagged_fields: dict[int, bytes] | None = None,
         ) -> None:
             self.index = index
@@ -214,7 +208,6 @@ class ProduceResponse:
             self.record_errors = [] if record_errors is MISSING else record_errors
             self.error_message = error_message
             self.current_leader = _C_ProduceResponse_LeaderIdAndEpoch() if current_leader is MISSING else current_leader
-            self.producer_state_batches_to_retain = producer_state_batches_to_retain
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
         def __eq__(self, other: object) -> bool:
@@ -229,7 +222,6 @@ class ProduceResponse:
                 and self.record_errors == other.record_errors
                 and self.error_message == other.error_message
                 and self.current_leader == other.current_leader
-                and self.producer_state_batches_to_retain == other.producer_state_batches_to_retain
                 and self.unknown_tagged_fields == other.unknown_tagged_fields
             )
 
@@ -243,8 +235,7 @@ class ProduceResponse:
                 f"log_start_offset={self.log_start_offset!r}, "
                 f"record_errors={self.record_errors!r}, "
                 f"error_message={self.error_message!r}, "
-                f"current_leader={self.current_leader!r}, "
-                f"producer_state_batches_to_retain={self.producer_state_batches_to_retain!r}"
+                f"current_leader={self.current_leader!r}"
             )
             if self.unknown_tagged_fields:
                 text += f", unknown_tagged_fields={self.unknown_tagged_fields!r}"
@@ -988,7 +979,7 @@ def _dec_ProduceResponse_v10(data: Buf, pos: int, end: int) -> tuple[ProduceResp
 
 
 def _enc_ProduceResponse_v13(o: ProduceResponse, out: list[Chunk]) -> None:
-    # versions 13-14
+    # versions 13
     a_responses = o.responses
     out.append(enc_compact_array_len(a_responses, 'ProduceResponse.responses'))
     for e_responses in a_responses:
@@ -1006,7 +997,7 @@ def _enc_ProduceResponse_v13(o: ProduceResponse, out: list[Chunk]) -> None:
 
 
 def _dec_ProduceResponse_v13(data: Buf, pos: int, end: int) -> tuple[ProduceResponse, int]:
-    # versions 13-14
+    # versions 13
     o = _new(_C_ProduceResponse)
     n, pos = read_compact_array_len(data, pos, end, 18, 'ProduceResponse.responses')
     items_responses = []
@@ -1044,8 +1035,67 @@ def _dec_ProduceResponse_v13(data: Buf, pos: int, end: int) -> tuple[ProduceResp
     return o, pos
 
 
+def _enc_ProduceResponse_v14(o: ProduceResponse, out: list[Chunk]) -> None:
+    # versions 14
+    a_responses = o.responses
+    out.append(enc_compact_array_len(a_responses, 'ProduceResponse.responses'))
+    for e_responses in a_responses:
+        _enc_ProduceResponse_TopicProduceResponse_v14(e_responses, out)
+    out.append(_S_i.pack(o.throttle_time_ms))
+    tags: list[tuple[int, bytes]] = []
+    if o.node_endpoints != []:
+        t_node_endpoints: list[Chunk] = []
+        a_node_endpoints = o.node_endpoints
+        t_node_endpoints.append(enc_compact_array_len(a_node_endpoints, 'ProduceResponse.node_endpoints'))
+        for e_node_endpoints in a_node_endpoints:
+            _enc_ProduceResponse_NodeEndpoint_v10(e_node_endpoints, t_node_endpoints)
+        tags.append((0, b"".join(t_node_endpoints)))
+    write_tagged_fields(out, tags, o.unknown_tagged_fields, frozenset((0,)), 'ProduceResponse')
+
+
+def _dec_ProduceResponse_v14(data: Buf, pos: int, end: int) -> tuple[ProduceResponse, int]:
+    # versions 14
+    o = _new(_C_ProduceResponse)
+    n, pos = read_compact_array_len(data, pos, end, 18, 'ProduceResponse.responses')
+    items_responses = []
+    for _ in range(n):
+        e_responses, pos = _dec_ProduceResponse_TopicProduceResponse_v14(data, pos, end)
+        items_responses.append(e_responses)
+    o.responses = items_responses
+    if end - pos < 4:
+        raise truncated('ProduceResponse.throttle_time_ms', 4, end - pos)
+    o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
+    pos += 4
+    o.node_endpoints = []
+    unknown: dict[int, bytes] = {}
+    count, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+    for _ in range(count):
+        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+        size, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+        if size > end - pos:
+            raise truncated('ProduceResponse tagged fields', size, end - pos)
+        tend = pos + size
+        if tag == 0:
+            p = pos
+            n, p = read_compact_array_len(data, p, tend, 11, 'ProduceResponse.node_endpoints')
+            items_node_endpoints = []
+            for _ in range(n):
+                e_node_endpoints, p = _dec_ProduceResponse_NodeEndpoint_v10(data, p, tend)
+                items_node_endpoints.append(e_node_endpoints)
+            o.node_endpoints = items_node_endpoints
+            if p != tend:
+                raise ProtocolError('ProduceResponse.node_endpoints: tagged size mismatch')
+        else:
+            unknown[tag] = bytes(data[pos:tend])
+        pos = tend
+    o.unknown_tagged_fields = unknown
+    return o, pos
+
+
 def _enc_ProduceResponse_TopicProduceResponse_v0(o: ProduceResponse.TopicProduceResponse, out: list[Chunk]) -> None:
     # versions 0-1
+    if o.producer_state_batches_to_retain != 5:
+        raise _field_unsupported('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', '0-1')
     out.append(enc_string(o.name, 'ProduceResponse.TopicProduceResponse.name'))
     a_partition_responses = o.partition_responses
     out.append(enc_array_len(a_partition_responses, 'ProduceResponse.TopicProduceResponse.partition_responses'))
@@ -1071,6 +1121,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v0(data: Buf, pos: int, end: int) 
 
 def _enc_ProduceResponse_TopicProduceResponse_v2(o: ProduceResponse.TopicProduceResponse, out: list[Chunk]) -> None:
     # versions 2-4
+    if o.producer_state_batches_to_retain != 5:
+        raise _field_unsupported('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', '2-4')
     out.append(enc_string(o.name, 'ProduceResponse.TopicProduceResponse.name'))
     a_partition_responses = o.partition_responses
     out.append(enc_array_len(a_partition_responses, 'ProduceResponse.TopicProduceResponse.partition_responses'))
@@ -1096,6 +1148,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v2(data: Buf, pos: int, end: int) 
 
 def _enc_ProduceResponse_TopicProduceResponse_v5(o: ProduceResponse.TopicProduceResponse, out: list[Chunk]) -> None:
     # versions 5-7
+    if o.producer_state_batches_to_retain != 5:
+        raise _field_unsupported('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', '5-7')
     out.append(enc_string(o.name, 'ProduceResponse.TopicProduceResponse.name'))
     a_partition_responses = o.partition_responses
     out.append(enc_array_len(a_partition_responses, 'ProduceResponse.TopicProduceResponse.partition_responses'))
@@ -1121,6 +1175,8 @@ def _dec_ProduceResponse_TopicProduceResponse_v5(data: Buf, pos: int, end: int) 
 
 def _enc_ProduceResponse_TopicProduceResponse_v8(o: ProduceResponse.TopicProduceResponse, out: list[Chunk]) -> None:
     # versions 8
+    if o.producer_state_batches_to_retain != 5:
+        raise _field_unsupported('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', '8')
     out.append(enc_string(o.name, 'ProduceResponse.TopicProduceResponse.name'))
     a_partition_responses = o.partition_responses
     out.append(enc_array_len(a_partition_responses, 'ProduceResponse.TopicProduceResponse.partition_responses'))
@@ -1146,23 +1202,24 @@ def _dec_ProduceResponse_TopicProduceResponse_v8(data: Buf, pos: int, end: int) 
 
 def _enc_ProduceResponse_TopicProduceResponse_v9(o: ProduceResponse.TopicProduceResponse, out: list[Chunk]) -> None:
     # versions 9
+    if o.producer_state_batches_to_retain != 5:
+        raise _field_unsupported('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', '9')
     out.append(enc_compact_string(o.name, 'ProduceResponse.TopicProduceResponse.name'))
     a_partition_responses = o.partition_responses
     out.append(enc_compact_array_len(a_partition_responses, 'ProduceResponse.TopicProduceResponse.partition_responses'))
     for e_partition_responses in a_partition_responses:
         _enc_ProduceResponse_PartitionProduceResponse_v9(e_partition_responses, out)
-    tags: list[tuple[int, bytes]] = []
-    if o.producer_state_batches_to_retain != 5:
-        t_producer_state_batches_to_retain: list[Chunk] = []
-        t_producer_state_batches_to_retain.append(_S_i.pack(o.producer_state_batches_to_retain))
-        tags.append((1, b"".join(t_producer_state_batches_to_retain)))
-    write_tagged_fields(out, tags, o.unknown_tagged_fields, frozenset((1,)), 'ProduceResponse.TopicProduceResponse')
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'ProduceResponse.TopicProduceResponse')
+    else:
+        out.append(b"\x00")
 
 
 def _dec_ProduceResponse_TopicProduceResponse_v9(data: Buf, pos: int, end: int) -> tuple[ProduceResponse.TopicProduceResponse, int]:
     # versions 9
     o = _new(_C_ProduceResponse_TopicProduceResponse)
     o.topic_id = ZERO_UUID
+    o.producer_state_batches_to_retain = 5
     o.name, pos = read_compact_string(data, pos, end, 'ProduceResponse.TopicProduceResponse.name')
     n, pos = read_compact_array_len(data, pos, end, 33, 'ProduceResponse.TopicProduceResponse.partition_responses')
     items_partition_responses = []
@@ -1170,49 +1227,30 @@ def _dec_ProduceResponse_TopicProduceResponse_v9(data: Buf, pos: int, end: int) 
         e_partition_responses, pos = _dec_ProduceResponse_PartitionProduceResponse_v9(data, pos, end)
         items_partition_responses.append(e_partition_responses)
     o.partition_responses = items_partition_responses
-    o.producer_state_batches_to_retain = 5
-    unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ProduceResponse.TopicProduceResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 1:
-            p = pos
-            if tend - p < 4:
-                raise truncated('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', 4, tend - p)
-            o.producer_state_batches_to_retain = _S_i.unpack_from(data, p)[0]
-            p += 4
-            if p != tend:
-                raise ProtocolError('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
-    o.unknown_tagged_fields = unknown
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
     return o, pos
 
 
 def _enc_ProduceResponse_TopicProduceResponse_v10(o: ProduceResponse.TopicProduceResponse, out: list[Chunk]) -> None:
     # versions 10-12
+    if o.producer_state_batches_to_retain != 5:
+        raise _field_unsupported('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', '10-12')
     out.append(enc_compact_string(o.name, 'ProduceResponse.TopicProduceResponse.name'))
     a_partition_responses = o.partition_responses
     out.append(enc_compact_array_len(a_partition_responses, 'ProduceResponse.TopicProduceResponse.partition_responses'))
     for e_partition_responses in a_partition_responses:
         _enc_ProduceResponse_PartitionProduceResponse_v10(e_partition_responses, out)
-    tags: list[tuple[int, bytes]] = []
-    if o.producer_state_batches_to_retain != 5:
-        t_producer_state_batches_to_retain: list[Chunk] = []
-        t_producer_state_batches_to_retain.append(_S_i.pack(o.producer_state_batches_to_retain))
-        tags.append((1, b"".join(t_producer_state_batches_to_retain)))
-    write_tagged_fields(out, tags, o.unknown_tagged_fields, frozenset((1,)), 'ProduceResponse.TopicProduceResponse')
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'ProduceResponse.TopicProduceResponse')
+    else:
+        out.append(b"\x00")
 
 
 def _dec_ProduceResponse_TopicProduceResponse_v10(data: Buf, pos: int, end: int) -> tuple[ProduceResponse.TopicProduceResponse, int]:
     # versions 10-12
     o = _new(_C_ProduceResponse_TopicProduceResponse)
     o.topic_id = ZERO_UUID
+    o.producer_state_batches_to_retain = 5
     o.name, pos = read_compact_string(data, pos, end, 'ProduceResponse.TopicProduceResponse.name')
     n, pos = read_compact_array_len(data, pos, end, 33, 'ProduceResponse.TopicProduceResponse.partition_responses')
     items_partition_responses = []
@@ -1220,32 +1258,43 @@ def _dec_ProduceResponse_TopicProduceResponse_v10(data: Buf, pos: int, end: int)
         e_partition_responses, pos = _dec_ProduceResponse_PartitionProduceResponse_v10(data, pos, end)
         items_partition_responses.append(e_partition_responses)
     o.partition_responses = items_partition_responses
-    o.producer_state_batches_to_retain = 5
-    unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ProduceResponse.TopicProduceResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 1:
-            p = pos
-            if tend - p < 4:
-                raise truncated('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', 4, tend - p)
-            o.producer_state_batches_to_retain = _S_i.unpack_from(data, p)[0]
-            p += 4
-            if p != tend:
-                raise ProtocolError('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
-    o.unknown_tagged_fields = unknown
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
     return o, pos
 
 
 def _enc_ProduceResponse_TopicProduceResponse_v13(o: ProduceResponse.TopicProduceResponse, out: list[Chunk]) -> None:
-    # versions 13-14
+    # versions 13
+    if o.producer_state_batches_to_retain != 5:
+        raise _field_unsupported('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', '13')
+    out.append(enc_uuid(o.topic_id, 'ProduceResponse.TopicProduceResponse.topic_id'))
+    a_partition_responses = o.partition_responses
+    out.append(enc_compact_array_len(a_partition_responses, 'ProduceResponse.TopicProduceResponse.partition_responses'))
+    for e_partition_responses in a_partition_responses:
+        _enc_ProduceResponse_PartitionProduceResponse_v10(e_partition_responses, out)
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'ProduceResponse.TopicProduceResponse')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_ProduceResponse_TopicProduceResponse_v13(data: Buf, pos: int, end: int) -> tuple[ProduceResponse.TopicProduceResponse, int]:
+    # versions 13
+    o = _new(_C_ProduceResponse_TopicProduceResponse)
+    o.name = ''
+    o.producer_state_batches_to_retain = 5
+    o.topic_id, pos = read_uuid(data, pos, end, 'ProduceResponse.TopicProduceResponse.topic_id')
+    n, pos = read_compact_array_len(data, pos, end, 33, 'ProduceResponse.TopicProduceResponse.partition_responses')
+    items_partition_responses = []
+    for _ in range(n):
+        e_partition_responses, pos = _dec_ProduceResponse_PartitionProduceResponse_v10(data, pos, end)
+        items_partition_responses.append(e_partition_responses)
+    o.partition_responses = items_partition_responses
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
+    return o, pos
+
+
+def _enc_ProduceResponse_TopicProduceResponse_v14(o: ProduceResponse.TopicProduceResponse, out: list[Chunk]) -> None:
+    # versions 14
     out.append(enc_uuid(o.topic_id, 'ProduceResponse.TopicProduceResponse.topic_id'))
     a_partition_responses = o.partition_responses
     out.append(enc_compact_array_len(a_partition_responses, 'ProduceResponse.TopicProduceResponse.partition_responses'))
@@ -1259,8 +1308,8 @@ def _enc_ProduceResponse_TopicProduceResponse_v13(o: ProduceResponse.TopicProduc
     write_tagged_fields(out, tags, o.unknown_tagged_fields, frozenset((1,)), 'ProduceResponse.TopicProduceResponse')
 
 
-def _dec_ProduceResponse_TopicProduceResponse_v13(data: Buf, pos: int, end: int) -> tuple[ProduceResponse.TopicProduceResponse, int]:
-    # versions 13-14
+def _dec_ProduceResponse_TopicProduceResponse_v14(data: Buf, pos: int, end: int) -> tuple[ProduceResponse.TopicProduceResponse, int]:
+    # versions 14
     o = _new(_C_ProduceResponse_TopicProduceResponse)
     o.name = ''
     o.topic_id, pos = read_uuid(data, pos, end, 'ProduceResponse.TopicProduceResponse.topic_id')
@@ -1309,7 +1358,6 @@ def _dec_ProduceResponse_PartitionProduceResponse_v0(data: Buf, pos: int, end: i
     o.record_errors = []
     o.error_message = None
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
-    o.producer_state_batches_to_retain = 5
     if end - pos < 14:
         raise truncated('ProduceResponse.PartitionProduceResponse.index..base_offset', 14, end - pos)
     o.index, o.error_code, o.base_offset = _S_ihq.unpack_from(data, pos)
@@ -1332,7 +1380,6 @@ def _dec_ProduceResponse_PartitionProduceResponse_v2(data: Buf, pos: int, end: i
     o.record_errors = []
     o.error_message = None
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
-    o.producer_state_batches_to_retain = 5
     if end - pos < 22:
         raise truncated('ProduceResponse.PartitionProduceResponse.index..log_append_time_ms', 22, end - pos)
     o.index, o.error_code, o.base_offset, o.log_append_time_ms = _S_ihqq.unpack_from(data, pos)
@@ -1354,7 +1401,6 @@ def _dec_ProduceResponse_PartitionProduceResponse_v5(data: Buf, pos: int, end: i
     o.record_errors = []
     o.error_message = None
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
-    o.producer_state_batches_to_retain = 5
     if end - pos < 30:
         raise truncated('ProduceResponse.PartitionProduceResponse.index..log_start_offset', 30, end - pos)
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S_ihqqq.unpack_from(data, pos)
@@ -1379,7 +1425,6 @@ def _dec_ProduceResponse_PartitionProduceResponse_v8(data: Buf, pos: int, end: i
     # versions 8
     o = _new(_C_ProduceResponse_PartitionProduceResponse)
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
-    o.producer_state_batches_to_retain = 5
     if end - pos < 30:
         raise truncated('ProduceResponse.PartitionProduceResponse.index..log_start_offset', 30, end - pos)
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S_ihqqq.unpack_from(data, pos)
@@ -1405,12 +1450,10 @@ def _enc_ProduceResponse_PartitionProduceResponse_v9(o: ProduceResponse.Partitio
     for e_record_errors in a_record_errors:
         _enc_ProduceResponse_BatchIndexAndErrorMessage_v9(e_record_errors, out)
     out.append(enc_compact_nullable_string(o.error_message, 'ProduceResponse.PartitionProduceResponse.error_message'))
-    tags: list[tuple[int, bytes]] = []
-    if o.producer_state_batches_to_retain != 5:
-        t_producer_state_batches_to_retain: list[Chunk] = []
-        t_producer_state_batches_to_retain.append(_S_i.pack(o.producer_state_batches_to_retain))
-        tags.append((1, b"".join(t_producer_state_batches_to_retain)))
-    write_tagged_fields(out, tags, o.unknown_tagged_fields, frozenset((1,)), 'ProduceResponse.PartitionProduceResponse')
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'ProduceResponse.PartitionProduceResponse')
+    else:
+        out.append(b"\x00")
 
 
 def _dec_ProduceResponse_PartitionProduceResponse_v9(data: Buf, pos: int, end: int) -> tuple[ProduceResponse.PartitionProduceResponse, int]:
@@ -1428,27 +1471,7 @@ def _dec_ProduceResponse_PartitionProduceResponse_v9(data: Buf, pos: int, end: i
         items_record_errors.append(e_record_errors)
     o.record_errors = items_record_errors
     o.error_message, pos = read_compact_nullable_string(data, pos, end, 'ProduceResponse.PartitionProduceResponse.error_message')
-    o.producer_state_batches_to_retain = 5
-    unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ProduceResponse.PartitionProduceResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 1:
-            p = pos
-            if tend - p < 4:
-                raise truncated('ProduceResponse.PartitionProduceResponse.producer_state_batches_to_retain', 4, tend - p)
-            o.producer_state_batches_to_retain = _S_i.unpack_from(data, p)[0]
-            p += 4
-            if p != tend:
-                raise ProtocolError('ProduceResponse.PartitionProduceResponse.producer_state_batches_to_retain: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
-    o.unknown_tagged_fields = unknown
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
     return o, pos
 
 
@@ -1465,11 +1488,7 @@ def _enc_ProduceResponse_PartitionProduceResponse_v10(o: ProduceResponse.Partiti
         t_current_leader: list[Chunk] = []
         _enc_ProduceResponse_LeaderIdAndEpoch_v10(o.current_leader, t_current_leader)
         tags.append((0, b"".join(t_current_leader)))
-    if o.producer_state_batches_to_retain != 5:
-        t_producer_state_batches_to_retain: list[Chunk] = []
-        t_producer_state_batches_to_retain.append(_S_i.pack(o.producer_state_batches_to_retain))
-        tags.append((1, b"".join(t_producer_state_batches_to_retain)))
-    write_tagged_fields(out, tags, o.unknown_tagged_fields, frozenset((0, 1,)), 'ProduceResponse.PartitionProduceResponse')
+    write_tagged_fields(out, tags, o.unknown_tagged_fields, frozenset((0,)), 'ProduceResponse.PartitionProduceResponse')
 
 
 def _dec_ProduceResponse_PartitionProduceResponse_v10(data: Buf, pos: int, end: int) -> tuple[ProduceResponse.PartitionProduceResponse, int]:
@@ -1487,7 +1506,6 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10(data: Buf, pos: int, end: 
     o.record_errors = items_record_errors
     o.error_message, pos = read_compact_nullable_string(data, pos, end, 'ProduceResponse.PartitionProduceResponse.error_message')
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
-    o.producer_state_batches_to_retain = 5
     unknown: dict[int, bytes] = {}
     count, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
     for _ in range(count):
@@ -1501,14 +1519,6 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10(data: Buf, pos: int, end: 
             o.current_leader, p = _dec_ProduceResponse_LeaderIdAndEpoch_v10(data, p, tend)
             if p != tend:
                 raise ProtocolError('ProduceResponse.PartitionProduceResponse.current_leader: tagged size mismatch')
-        elif tag == 1:
-            p = pos
-            if tend - p < 4:
-                raise truncated('ProduceResponse.PartitionProduceResponse.producer_state_batches_to_retain', 4, tend - p)
-            o.producer_state_batches_to_retain = _S_i.unpack_from(data, p)[0]
-            p += 4
-            if p != tend:
-                raise ProtocolError('ProduceResponse.PartitionProduceResponse.producer_state_batches_to_retain: tagged size mismatch')
         else:
             unknown[tag] = bytes(data[pos:tend])
         pos = tend
@@ -1620,7 +1630,7 @@ _ENCODERS_ProduceResponse: tuple[Callable[[ProduceResponse, list[Chunk]], None],
     _enc_ProduceResponse_v10,
     _enc_ProduceResponse_v10,
     _enc_ProduceResponse_v13,
-    _enc_ProduceResponse_v13,
+    _enc_ProduceResponse_v14,
 )
 _DECODERS_ProduceResponse: tuple[Callable[[Buf, int, int], tuple[ProduceResponse, int]], ...] = (
     _dec_ProduceResponse_v0,
@@ -1637,7 +1647,7 @@ _DECODERS_ProduceResponse: tuple[Callable[[Buf, int, int], tuple[ProduceResponse
     _dec_ProduceResponse_v10,
     _dec_ProduceResponse_v10,
     _dec_ProduceResponse_v13,
-    _dec_ProduceResponse_v13,
+    _dec_ProduceResponse_v14,
 )
 
 
