@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     body = table(results, args.partitions)
     header = (
         f"## KIP-1269: throughput by de-duplication window, {RTT_MS} ms RTT\n\n"
-        f"Apache Kafka behind the fault proxy, which speaks Produce v14 for it (`benchmarks/kip1269_window.py`); idempotent, acks=all, "
+        f"Apache Kafka behind the fault proxy, which speaks Produce v14 for it "
+        f"(`benchmarks/kip1269_window.py`); idempotent, acks=all, "
         f"{RECORD_SIZE}-byte records, linger 5 ms, batch 16 KiB, {args.records:,} records per "
         f"run sent round-robin over the partitions, median of {args.repeats} runs. "
         f"\"deepest in flight\" is the most batches of one partition on the wire at once, "
