@@ -242,68 +242,52 @@ def _confluent(spec: dict[str, Any]) -> dict[str, Any]:
     return _row(spec, elapsed, cpu, errors)
 
 
-async def _aiokafka(spec: dict[str, Any]) -> dict[str, Any]:
-    from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
-
+async def _peer_loop(spec: dict[str, Any], send: Callable[..., Any],
+                     flush: Callable[[], Any]) -> dict[str, Any]:
+    """The measured loop for the asyncio peers, whose send returns a delivery future."""
     topic, n, workload = spec["topic"], spec["num_records"], spec["workload"]
     value, keys = b"x" * spec["record_size"], _keys(spec)
     nkeys = len(keys) if keys else 1
+    await (await send(topic, value))
+    errors = 0
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    futs = [await send(topic, value, keys[i % nkeys] if keys else None) for i in range(n)]
+    if workload == "confirm-gather":
+        results = await asyncio.gather(*futs, return_exceptions=True)
+        errors = sum(isinstance(r, BaseException) for r in results)
+    elif workload == "confirm-each":
+        for f in futs:
+            try:
+                await f
+            except Exception:
+                errors += 1
+    else:
+        await flush()
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return _row(spec, elapsed, cpu, errors)
+
+
+async def _aiokafka(spec: dict[str, Any]) -> dict[str, Any]:
+    from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+
     producer = AIOKafkaProducer(bootstrap_servers=spec["bootstrap"], acks="all",
                                 enable_idempotence=True, linger_ms=LINGER_MS)
     await producer.start()
-    errors = 0
     try:
-        await (await producer.send(topic, value))
-        send = producer.send
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        futs = [await send(topic, value, keys[i % nkeys] if keys else None) for i in range(n)]
-        if workload == "confirm-gather":
-            results = await asyncio.gather(*futs, return_exceptions=True)
-            errors = sum(isinstance(r, BaseException) for r in results)
-        elif workload == "confirm-each":
-            for f in futs:
-                try:
-                    await f
-                except Exception:
-                    errors += 1
-        else:
-            await producer.flush()
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        return await _peer_loop(spec, producer.send, producer.flush)
     finally:
         await producer.stop()
-    return _row(spec, elapsed, cpu, errors)
 
 
 async def _confluent_aio(spec: dict[str, Any]) -> dict[str, Any]:
     from confluent_kafka.aio import AIOProducer
 
-    topic, n, workload = spec["topic"], spec["num_records"], spec["workload"]
-    value, keys = b"x" * spec["record_size"], _keys(spec)
-    nkeys = len(keys) if keys else 1
     producer = AIOProducer({"bootstrap.servers": spec["bootstrap"], "acks": "all",
                             "enable.idempotence": True, "linger.ms": LINGER_MS})
-    errors = 0
     try:
-        await (await producer.produce(topic, value))
-        produce = producer.produce
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        futs = [await produce(topic, value, keys[i % nkeys] if keys else None)
-                for i in range(n)]
-        if workload == "confirm-gather":
-            results = await asyncio.gather(*futs, return_exceptions=True)
-            errors = sum(isinstance(r, BaseException) for r in results)
-        elif workload == "confirm-each":
-            for f in futs:
-                try:
-                    await f
-                except Exception:
-                    errors += 1
-        else:
-            await producer.flush()
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        return await _peer_loop(spec, producer.produce, producer.flush)
     finally:
         await producer.close()
-    return _row(spec, elapsed, cpu, errors)
 
 
 def _run_async(spec: dict[str, Any], coro_fn: Callable[[dict[str, Any]], Any]) -> Any:

@@ -135,6 +135,18 @@ def _encode_body(
     headers: Headers | None,
 ) -> bytes:
     """Everything after the length prefix, for values the lookup table does not cover."""
+    return _body(timestamp_delta, offset_delta, key, value,
+                 encode_headers(headers) if headers else None)
+
+
+def _body(
+    timestamp_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: bytes | None,
+) -> bytes:
+    """A record after its length prefix, with the header section already encoded (or None)."""
     return b"".join(
         (
             _ZERO,
@@ -144,7 +156,7 @@ def _encode_body(
             b"" if key is None else key,
             _NULL if value is None else encode_varint(len(value)),
             b"" if value is None else value,
-            encode_headers(headers) if headers else _ZERO,
+            _ZERO if headers is None else headers,
         )
     )
 
@@ -159,18 +171,7 @@ def _append_record_py(
 ) -> int:
     """One record, length prefix included, appended to ``buf``; returns its size. The twin of
     ``aiokprod._native._speedups.append_record`` (``headers``: the encoded section or None)."""
-    body = b"".join(
-        (
-            _ZERO,
-            encode_varint(timestamp_delta),
-            encode_varint(offset_delta),
-            _NULL if key is None else encode_varint(len(key)),
-            b"" if key is None else key,
-            _NULL if value is None else encode_varint(len(value)),
-            b"" if value is None else value,
-            _ZERO if headers is None else headers,
-        )
-    )
+    body = _body(timestamp_delta, offset_delta, key, value, headers)
     prefix = encode_varint(len(body))
     buf += prefix
     buf += body
