@@ -214,6 +214,54 @@ async def test_a_send_from_another_thread_is_refused_before_anything_is_queued(
     assert [r.value for r in records] == [b"warm-up"]
 
 
+def test_a_send_from_a_later_loop_on_the_same_thread_is_refused(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """The cheap same-thread check must not mistake a second loop in that thread for ours."""
+    topic = new_topic()
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1)
+        first.run_until_complete(producer.start())
+        first.run_until_complete(producer.send_and_wait(topic, b"on-its-loop"))
+        with pytest.raises(RuntimeError, match="another event loop"):
+            second.run_until_complete(producer.send(topic, b"on-a-later-loop"))
+        with pytest.raises(RuntimeError, match="another event loop"):
+            second.run_until_complete(producer.send_many(topic, [b"on-a-later-loop"]))
+        first.run_until_complete(producer.close(timeout=10))
+    finally:
+        first.close()
+        second.close()
+    records = read_back(tansu.bootstrap, topic, expected=1, timeout=5)
+    assert [r.value for r in records] == [b"on-its-loop"]
+
+
+def test_a_send_is_refused_while_its_loop_runs_in_another_thread(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """Our loop runs, elsewhere: the thread that started the producer is no proof any more."""
+    topic = new_topic()
+    owner, here = asyncio.new_event_loop(), asyncio.new_event_loop()
+    producer = Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1)
+    owner.run_until_complete(producer.start())  # started on this thread
+    thread = threading.Thread(target=owner.run_forever)
+    thread.start()
+    try:
+        with pytest.raises(RuntimeError, match="another event loop"):
+            here.run_until_complete(producer.send(topic, b"wrong-loop"))
+        moved = asyncio.run_coroutine_threadsafe(producer.send_and_wait(topic, b"own-loop"),
+                                                 owner)
+        assert moved.result(10).offset >= 0
+        asyncio.run_coroutine_threadsafe(producer.close(timeout=10), owner).result(15)
+    finally:
+        owner.call_soon_threadsafe(owner.stop)
+        thread.join(10)
+        owner.close()
+        here.close()
+    records = read_back(tansu.bootstrap, topic, expected=1, timeout=5)
+    assert [r.value for r in records] == [b"own-loop"]
+
+
 # -- settings accepted and ignored are refused until implemented -------------------------------
 
 
