@@ -39,6 +39,7 @@ from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.partitioner import BuiltinPartitioner
 from aiokprod.producer.sender import Sender
+from aiokprod.producer.sender_turns import SenderTurns
 from aiokprod.producer.supervisor import Supervisor
 from aiokprod.producer.transaction_manager import TransactionManager
 from aiokprod.producer.transactions import TransactionState
@@ -77,8 +78,9 @@ class Producer(TransactionalApi):
         self._supervisor: Supervisor | None = None
         self._cluster: Cluster | None = None
         self._sender: Sender | None = None
-        # set when a batch filled or opened since send() last yielded (see send())
+        # set when a batch filled or opened since send() last yielded and a turn is due
         self._yield_due = False
+        self._turns: SenderTurns | None = None
         self._acc: RecordAccumulator | None = None
         self._pool: BufferPool | None = None
         self._metrics: ProducerMetrics | None = None
@@ -115,6 +117,7 @@ class Producer(TransactionalApi):
         self._loop = asyncio.get_running_loop()
         # asyncio's own loops (not uvloop) expose the thread they run in: see _sending_parts
         self._loop_owner = self._loop if isinstance(self._loop, asyncio.BaseEventLoop) else None
+        self._turns = SenderTurns(cfg.linger_ms, clock)
         self._supervisor = Supervisor(cfg.client_id, self._turn_fatal)
         self._metrics = ProducerMetrics.for_config(cfg, clock=clock)
         self._cluster = Cluster(
@@ -285,10 +288,11 @@ class Producer(TransactionalApi):
         """Queue one record; returns its delivery future (await it for ``RecordMetadata``).
 
         Suspends to wait for the topic's metadata or for buffer memory, each at most
-        ``max_block_ms``, and once after a batch filled or opened: in a tight ``await send()``
-        loop nothing else would yield, and the sender would not run until memory ran out
-        (Java wakes its sender thread when a batch fills; on one event loop the sender needs
-        the loop). Cancelling it while it waits leaves nothing queued.
+        ``max_block_ms``, and once after a batch filled or opened, at most once per
+        ``min(0.5 ms, linger_ms)``: in a tight ``await send()`` loop nothing else would yield,
+        and the sender would not run until memory ran out (Java wakes its sender thread when a
+        batch fills; on one event loop the sender needs the loop; see ``sender_turns``).
+        Cancelling it while it waits leaves nothing queued.
         """
         if self._yield_due:
             # before anything of this record is queued, so a cancellation here loses nothing
@@ -690,7 +694,9 @@ class Producer(TransactionalApi):
                                  "or use `async with Producer(...)`")
 
     def _wakeup(self) -> None:
-        self._yield_due = True
+        turns = self._turns
+        if not self._yield_due and turns is not None and turns.take():
+            self._yield_due = True
         sender = self._sender
         if sender is not None:
             sender.wakeup()

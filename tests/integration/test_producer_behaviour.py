@@ -25,6 +25,7 @@ from aiokprod.errors import (
     KafkaTimeoutError,
     ProducerClosedError,
 )
+from aiokprod.producer.sender_turns import SenderTurns
 from support.reader import read_back
 
 Headers = Sequence[tuple[str, bytes | None]] | None
@@ -400,6 +401,29 @@ async def test_send_suspends_only_once_per_batch_when_metadata_and_memory_are_th
         assert delivery.done() and delivery.result().offset >= 0
         # at most one turn when a batch opened and one when it filled
         assert 167 <= suspended <= 2 * 167, suspended
+
+
+async def test_send_turns_are_spaced_in_time_not_taken_at_every_batch(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """With linger.ms > 0 a turn is due at most once per spacing (min(0.5 ms, linger.ms)):
+    with the turns' clock held still, 167 batches filling and opening give one turn, where
+    linger.ms=0 (the test above) gives one per batch."""
+    topic = new_topic(partitions=1)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5,
+                        batch_size=4096) as producer:
+        await producer.send_and_wait(topic, b"metadata is known now")
+        producer._turns = SenderTurns(5, clock=lambda: 0.0)
+        producer._yield_due = False  # a turn the warm-up left due
+        suspended = 0
+        for i in range(500):
+            coro = producer.send(topic, f"{i:04d}".encode() * 250)
+            with pytest.raises(StopIteration):
+                while True:
+                    coro.send(None)
+                    suspended += 1
+        await producer.flush()
+    assert suspended == 1, suspended
 
 
 async def test_a_tight_send_loop_lets_the_sender_run(
