@@ -12,6 +12,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void *op)
+
 cdef uint32_t _M = 0x5BD1E995
 cdef uint32_t _SEED = 0x9747B28C
 
@@ -160,6 +163,11 @@ def complete_deliveries(list deliveries, str topic, object partition, object bas
             base + <long long>deliveries[i + 1] if known else -1,
             log_append_time if append_time else deliveries[i + 2],
             deliveries[i + 3], deliveries[i + 4]))
+        # a RecordMetadata holds a str and ints: it cannot be part of a reference cycle, so
+        # the cyclic GC need not watch it. CPython untracks plain tuples like this itself, but
+        # never a tuple subclass; left tracked, every one a caller keeps (gather's results)
+        # is walked by each full collection (measured: 1 µs per confirmed record)
+        PyObject_GC_UnTrack(<void *>md)
         if on_ack is not None:
             call_interceptor(on_ack, md, None)
         if not future.done():

@@ -8,7 +8,9 @@ the twins agree bit for bit on random input (the suite then checks behaviour end
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import pickle
 import shutil
 import sys
 import sysconfig
@@ -131,3 +133,20 @@ async def test_batch_completion_twins_agree() -> None:
         assert results[0] == results[1]
         assert all(type(md) is RecordMetadata for md in results[0])
     assert len(seen) == 3 * 2 * 4
+
+
+@needs_native
+async def test_native_completion_leaves_record_metadata_to_reference_counting() -> None:
+    """A RecordMetadata (a str and ints) cannot be in a cycle; the native path untracks it so
+    full collections do not walk every result a caller keeps. It stays an ordinary,
+    comparable, picklable NamedTuple."""
+    assert native is not None
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    native.complete_deliveries([future, 2, 1000, 3, 10], "t", 5, 40, -1, None,
+                               RecordMetadata, batch_module._call_interceptor)
+    md = future.result()
+    assert not gc.is_tracked(md)
+    assert md == RecordMetadata("t", 5, 42, 1000, 3, 10)
+    assert pickle.loads(pickle.dumps(md)) == md and md._replace(offset=1).offset == 1
+    assert gc.is_tracked(RecordMetadata("t", 5, 42, 1000, 3, 10))  # Python's own are tracked
