@@ -16,6 +16,7 @@ def complete_deliveries(
     partition: int,
     base_offset: int,
     log_append_time: int,
+    ts_base: int,
     on_ack: Callable[[Any, BaseException | None], None] | None,
     metadata_type: type[Any],
     call_interceptor: Callable[[Any, Any, BaseException | None], None],

@@ -142,26 +142,27 @@ def append_record(bytearray buf, object timestamp_delta, object offset_delta, ob
 
 
 def complete_deliveries(list deliveries, str topic, object partition, object base_offset,
-                        object log_append_time, object on_ack, object metadata_type,
-                        object call_interceptor):
+                        object log_append_time, object ts_base, object on_ack,
+                        object metadata_type, object call_interceptor):
     """Resolve a completed batch's futures (``ProducerBatch.complete``'s loop).
 
-    ``deliveries`` holds five slots per record: future, offset delta, timestamp, key size,
-    value size. Offsets follow ``base_offset`` (-1 when unknown); the timestamp is the log
-    append time when one is given (>= 0), else the record's create time.
+    ``deliveries`` holds five slots per record: future, offset delta, timestamp - ``ts_base``,
+    key size, value size. Offsets follow ``base_offset`` (-1 when unknown); the timestamp is
+    the log append time when one is given (>= 0), else the record's create time.
     """
     cdef Py_ssize_t i = 0
     cdef Py_ssize_t n = len(deliveries)
     cdef bint known = base_offset >= 0
     cdef bint append_time = log_append_time >= 0
     cdef long long base = base_offset
+    cdef long long tsb = ts_base
     new = tuple.__new__
     while i + 4 < n:
         future = deliveries[i]
         md = new(metadata_type, (
             topic, partition,
             base + <long long>deliveries[i + 1] if known else -1,
-            log_append_time if append_time else deliveries[i + 2],
+            log_append_time if append_time else tsb + <long long>deliveries[i + 2],
             deliveries[i + 3], deliveries[i + 4]))
         # a RecordMetadata holds a str and ints: it cannot be part of a reference cycle, so
         # the cyclic GC need not watch it. CPython untracks plain tuples like this itself, but

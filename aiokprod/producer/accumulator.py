@@ -167,7 +167,8 @@ class RecordAccumulator:
                     last.builder.try_append(timestamp, key, value, headers):
                 future: asyncio.Future[RecordMetadata] = self._loop.create_future()
                 builder = last.builder
-                last.deliveries.extend((future, builder.record_count - 1, timestamp,
+                last.deliveries.extend((future, builder.record_count - 1,
+                                        timestamp - last.ts_base,
                                         -1 if key is None else len(key),
                                         -1 if value is None else len(value)))
                 self._queued_records += 1
@@ -267,7 +268,7 @@ class RecordAccumulator:
     ) -> tuple[int, int]:
         """Open a new batch in ``buffer`` and append a run into it (at least one record)."""
         queue = self._queue(topic, partition)
-        batch = self._open_batch(queue, buffer, size, size)
+        batch = self._open_batch(queue, buffer, size, size, timestamp)
         taken = self._append_run(batch, timestamp, values, keys, headers, start, stop, bulk)
         self._enqueue_new(queue, batch, appended=taken[0] > 0)
         return taken
@@ -323,7 +324,7 @@ class RecordAccumulator:
         headers: Sequence[tuple[str, bytes | None]] | None,
         future: asyncio.Future[RecordMetadata],
     ) -> None:
-        batch = self._open_batch(queue, buffer, size, size - self._block_bytes)
+        batch = self._open_batch(queue, buffer, size, size - self._block_bytes, timestamp)
         # allocation_size included a first block
         batch.covered_slots = self._block_records * DELIVERY_STRIDE
         appended = batch.try_append(timestamp, key, value, headers, future)
@@ -331,13 +332,15 @@ class RecordAccumulator:
         self._queued_records += 1
 
     def _open_batch(self, queue: _PartitionQueue, buffer: bytearray, size: int,
-                    record_bytes: int) -> ProducerBatch:
-        """A new batch charged ``size`` bytes, of which ``record_bytes`` are for records."""
+                    record_bytes: int, timestamp: int) -> ProducerBatch:
+        """A new batch charged ``size`` bytes, of which ``record_bytes`` are for records, for
+        a first record stamped ``timestamp``."""
         builder = RecordBatchBuilder(
             buffer, write_limit=max(record_bytes, self.batch_size), compression=self.compression,
             compression_level=self._compression_level, estimator=self._estimator,
             topic=queue.topic)
-        return ProducerBatch(queue.topic, queue.partition, buffer, size, builder, self._clock())
+        return ProducerBatch(queue.topic, queue.partition, buffer, size, builder, self._clock(),
+                             timestamp)
 
     def _enqueue_new(self, queue: _PartitionQueue, batch: ProducerBatch, *, appended: bool
                      ) -> None:
@@ -552,16 +555,16 @@ class RecordAccumulator:
                 bytearray(), write_limit=self.batch_size, compression=self.compression,
                 compression_level=self._compression_level, estimated_ratio=ratio)
             new = ProducerBatch(batch.topic, batch.partition, builder.buffer, 0, builder,
-                                batch.created_at)
+                                batch.created_at, group[0].timestamp)
             for record in group:
                 if not builder.try_append(record.timestamp, record.key, record.value,
                                           record.headers):
                     # split_batch promises every group fits a batch configured like this one
                     raise RuntimeError("a split group did not fit its batch")
             end = index + len(group)
-            # each record's delivery follows it, with its offset delta rebased on the group
-            moved = [(f, d - index, t, k, v) for f, d, t, k, v in batch.delivery_records()
-                     if index <= d < end]
+            # each record's delivery follows it, offset delta and timestamp rebased on the group
+            moved = [(f, d - index, t - new.ts_base, k, v)
+                     for f, d, t, k, v in batch.delivery_records() if index <= d < end]
             new.deliveries = [slot for record in moved for slot in record]
             kept += len(moved)
             if batch.segments is not None:

@@ -37,7 +37,7 @@ async def test_records_round_trip_through_independent_reader(
             key = f"k{i % 7}".encode() if i % 5 else None
             value = None if i % 11 == 0 else f"value-{i}".encode() * (1 + i % 4)
             headers = [("n", str(i).encode()), ("none", None)] if i % 3 == 0 else []
-            ts = 1_700_000_000_000 + i
+            ts = 1_700_000_000_000 + (i * 7919 % 300) * 997  # out of order within a batch
             deliveries.append(await producer.send(topic, value=value, key=key,
                                                   timestamp_ms=ts, headers=headers))
             sent.append((key, value, headers, ts))
@@ -51,6 +51,7 @@ async def test_records_round_trip_through_independent_reader(
         assert (r.key, r.value, r.timestamp) == (key, value, ts)
         assert list(r.headers or []) == headers
         assert md.serialized_value_size == (-1 if value is None else len(value))
+        assert md.timestamp == ts
 
 
 async def test_keyed_records_keep_partition_and_order(

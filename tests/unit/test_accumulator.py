@@ -500,8 +500,9 @@ async def test_split_keeps_every_record_and_its_future_in_order() -> None:
     for i in range(60):
         key = f"k{i}".encode() if i % 3 else None
         value = f"value-{i:04d}".encode() * 10
-        sent.append((key, value, TS + i))
-        futures.append(h.append(key=key, value=value, ts=TS + i))
+        ts = TS + (i * 7919 % 60) * 1000 - 20_000  # out of order, deltas of either sign
+        sent.append((key, value, ts))
+        futures.append(h.append(key=key, value=value, ts=ts))
     assert h.acc.statistics().queued_batches == 1  # the estimate packed them into one batch
     (big,) = h.drain(view)
     assert big.record_count == 60

@@ -124,14 +124,17 @@ async def test_batch_completion_twins_agree() -> None:
             futures = [loop.create_future() for _ in range(4)]
             futures[2].cancel()  # a cancelled delivery is left alone
             deliveries: list[object] = []
-            for i, f in enumerate(futures):
-                deliveries += [f, i, 1000 + i, -1 if i == 1 else 3, 10 * i]
-            twin(deliveries, "t", 5, base_offset, append_time, on_ack, RecordMetadata,
-                 batch_module._call_interceptor)
+            for i, f in enumerate(futures):  # timestamps relative to 1_700_000_000_000
+                deliveries += [f, i, i * 300 - 1, -1 if i == 1 else 3, 10 * i]
+            twin(deliveries, "t", 5, base_offset, append_time, 1_700_000_000_000, on_ack,
+                 RecordMetadata, batch_module._call_interceptor)
             assert futures[2].cancelled()
             results.append([f.result() for i, f in enumerate(futures) if i != 2])
         assert results[0] == results[1]
         assert all(type(md) is RecordMetadata for md in results[0])
+        assert [md.timestamp for md in results[0]] == (
+            [123456] * 3 if append_time >= 0 else
+            [1_700_000_000_000 - 1, 1_700_000_000_000 + 299, 1_700_000_000_000 + 899])
     assert len(seen) == 3 * 2 * 4
 
 
@@ -143,7 +146,7 @@ async def test_native_completion_leaves_record_metadata_to_reference_counting() 
     assert native is not None
     loop = asyncio.get_running_loop()
     future = loop.create_future()
-    native.complete_deliveries([future, 2, 1000, 3, 10], "t", 5, 40, -1, None,
+    native.complete_deliveries([future, 2, 1000, 3, 10], "t", 5, 40, -1, 0, None,
                                RecordMetadata, batch_module._call_interceptor)
     md = future.result()
     assert not gc.is_tracked(md)
