@@ -283,13 +283,21 @@ class BuiltinPartitioner:
         the same, and a record that then fails to append (rare: memory or close) counts once
         too often, which only brings a switch slightly earlier.
         """
+        num_partitions = len(cluster_partitions)
+        if key_bytes is not None and self._custom is None and not self._ignore_keys and \
+                num_partitions:
+            # keyed records, inline: partition() and on_append() would be two more calls
+            partition = (_murmur2_u32(key_bytes) & 0x7FFFFFFF) % num_partitions
+            state = self._topics.get(topic)
+            if state is not None and state.sticky == partition:
+                self.on_append(topic, partition, appended_bytes)
+            return partition
         if self._custom is not None or (key_bytes is not None and not self._ignore_keys):
             partition = self.partition(topic, key_bytes, value_bytes, cluster_partitions,
                                        available_partitions)
             self.on_append(topic, partition, appended_bytes)
             return partition
         state = self._topics.get(topic)
-        num_partitions = len(cluster_partitions)
         if state is None or state.sticky is None or state.num_partitions != num_partitions:
             partition = self.partition(topic, key_bytes, value_bytes, cluster_partitions,
                                        available_partitions)
