@@ -50,6 +50,23 @@ async def test_an_out_of_range_timestamp_is_refused_and_the_producer_keeps_worki
     assert [r.value for r in records] == [b"good"]
 
 
+async def test_the_extreme_timestamps_share_a_batch(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """0 and 2**63-1 in one batch: the widest timestamp deltas (either sign) a batch can hold,
+    kept through delivery (relative to the batch's first record) into RecordMetadata."""
+    topic = new_topic(partitions=1)
+    stamps = [2**63 - 1, 0, 2**63 - 1, 1, 2**62]
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=50) as producer:
+        futures = [await producer.send(topic, f"r{i}".encode(), timestamp_ms=ts)
+                   for i, ts in enumerate(stamps)]
+        metas = await asyncio.gather(*futures)
+    assert [m.timestamp for m in metas] == stamps
+    assert [m.offset for m in metas] == list(range(metas[0].offset, metas[0].offset + 5))
+    records = read_back(tansu.bootstrap, topic, expected=5)
+    assert [r.timestamp for r in records] == stamps
+
+
 @pytest.mark.parametrize("name, why", [
     ("", "empty"),
     (".", r'cannot be "\." or "\.\."'),
