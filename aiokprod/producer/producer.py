@@ -116,7 +116,9 @@ class Producer(TransactionalApi):
         clock = time.monotonic
         self._loop = asyncio.get_running_loop()
         # asyncio's own loops (not uvloop) expose the thread they run in: see _sending_parts
-        self._loop_owner = self._loop if isinstance(self._loop, asyncio.BaseEventLoop) else None
+        loop = self._loop
+        self._loop_owner = loop if isinstance(loop, asyncio.BaseEventLoop) and \
+            hasattr(loop, "_thread_id") else None
         self._turns = SenderTurns(cfg.linger_ms, clock)
         self._supervisor = Supervisor(cfg.client_id, self._turn_fatal)
         self._metrics = ProducerMetrics.for_config(cfg, clock=clock)
