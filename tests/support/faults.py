@@ -59,6 +59,9 @@ class FaultKind(Enum):
     RESET_ON_PRODUCE_REQUEST = "reset_on_produce_request"
     # Decode the Produce response, let a callback edit it, re-encode it.
     REWRITE_PRODUCE_RESPONSE = "rewrite_produce_response"
+    # Do not let the broker see the Produce request; answer every partition in it with an
+    # error code, in order with the connection's other responses.
+    REFUSE_PRODUCE_REQUEST = "refuse_produce_request"
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ class FaultRule:
         stall_seconds: float = 0.0,
         abort: bool = False,
         rewrite: ProduceRewrite | None = None,
+        error_code: int = 0,
     ) -> None:
         self.kind = kind
         self.schedule = schedule
@@ -130,6 +134,8 @@ class FaultRule:
         self.abort = abort
         # Rewrite rules: the callback that edits the decoded ProduceResponse.
         self.rewrite = rewrite
+        # Refuse rules: the error code every partition of the refused request is answered with.
+        self.error_code = error_code
         # Events this rule has observed (the ordinal of the latest one).
         self.seen = 0
         # Events this rule has hit; never exceeds schedule.times.
@@ -195,6 +201,8 @@ class RequestDecision:
 
     # Abort both sides instead of forwarding the request.
     reset: bool = False
+    # Not 0: keep the request from the broker and answer it with this error code instead.
+    refuse_with: int = 0
 
 
 _FORWARD = RequestDecision()
@@ -287,6 +295,27 @@ class FaultPlan:
         """
         return self._add(FaultKind.RESET_ON_PRODUCE_REQUEST, times, nth, every, probability)
 
+    def refuse_produce_request(
+        self,
+        error_code: int,
+        *,
+        times: int | None = None,
+        nth: Iterable[int] = (),
+        every: int | None = None,
+        probability: float = 0.0,
+    ) -> FaultRule:
+        """Keep a selected Produce request from the broker and answer it with ``error_code``
+        for every partition it carries (e.g. NOT_LEADER_OR_FOLLOWER, as a leader that is not
+        ready yet answers).
+
+        A definite refusal: the broker never saw the records, so nothing of them is written,
+        while the requests after it on the same connection reach the broker as usual.
+        """
+        if error_code == 0:
+            raise ValueError("refuse_produce_request needs a non-zero error code")
+        return self._add(FaultKind.REFUSE_PRODUCE_REQUEST, times, nth, every, probability,
+                         error_code=error_code)
+
     def rewrite_produce_responses(
         self,
         callback: ProduceRewrite,
@@ -349,6 +378,8 @@ class FaultPlan:
             for rule in self._rules:
                 if rule.kind is FaultKind.RESET_ON_PRODUCE_REQUEST and rule.observe():
                     return RequestDecision(reset=True)
+                if rule.kind is FaultKind.REFUSE_PRODUCE_REQUEST and rule.observe():
+                    return RequestDecision(refuse_with=rule.error_code)
         return _FORWARD
 
     def on_response(self, api_key: int) -> ResponseDecision:

@@ -51,6 +51,16 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def jars_for(version: str) -> KafkaJars:
+    """The jars of Kafka ``version`` (resolved once into the cache) with their class archive;
+    skips (or fails under CI=true) when that is impossible. For tests that compare releases."""
+    jars = ensure_kafka_jars(version=version)
+    if isinstance(jars, str):
+        unavailable(jars)
+        raise AssertionError("unreachable")  # unavailable() always raises
+    return with_class_archive(jars)
+
+
 @pytest.fixture(scope="session")
 def kafka_jars() -> KafkaJars:
     """The broker jars (resolved once into ~/.cache/aiokprod) with their class archive (made

@@ -100,6 +100,8 @@ class ProxyStatistics:
     produce_requests_without_response: int
     # Produce requests not forwarded because a reset rule hit them.
     produce_requests_reset: int
+    # Produce requests kept from the broker and answered with an error by a refuse rule.
+    produce_requests_refused: int
     produce_responses_dropped: int
     produce_responses_rewritten: int
     produce_responses_stalled: int
@@ -138,6 +140,7 @@ class _Counters:
         self.produce_versions: Counter[int] = Counter()
         self.produce_requests_without_response = 0
         self.produce_requests_reset = 0
+        self.produce_requests_refused = 0
         self.produce_responses_dropped = 0
         self.produce_responses_rewritten = 0
         self.produce_responses_stalled = 0
@@ -164,6 +167,7 @@ class _Counters:
                 produce_versions=MappingProxyType(dict(self.produce_versions)),
                 produce_requests_without_response=self.produce_requests_without_response,
                 produce_requests_reset=self.produce_requests_reset,
+                produce_requests_refused=self.produce_requests_refused,
                 produce_responses_dropped=self.produce_responses_dropped,
                 produce_responses_rewritten=self.produce_responses_rewritten,
                 produce_responses_stalled=self.produce_responses_stalled,
@@ -216,18 +220,24 @@ def _skip_tagged_fields(data: bytes, pos: int) -> int:
     return pos
 
 
+def _produce_body_start(frame: bytes, version: int) -> int:
+    """Where a Produce request frame's body starts: after its header (v1, or v2 with tags)."""
+    pos = _REQUEST_HEADER_START.size
+    (client_id_size,) = struct.unpack_from(">h", frame, pos)
+    pos += 2 + max(0, client_id_size)
+    if ProduceRequest.header_version(version) >= 2:
+        pos = _skip_tagged_fields(frame, pos)
+    return pos
+
+
 def _produce_acks(frame: bytes, version: int) -> int:
     """The acks of a Produce request frame, read without decoding its records.
 
     Needed because acks=0 requests get no response: tracking them would leave correlation
     ids waiting forever and make ``responses_awaited`` lie.
     """
-    pos = _REQUEST_HEADER_START.size
-    (client_id_size,) = struct.unpack_from(">h", frame, pos)
-    pos += 2 + max(0, client_id_size)
+    pos = _produce_body_start(frame, version)
     flexible = ProduceRequest.header_version(version) >= 2
-    if flexible:
-        pos = _skip_tagged_fields(frame, pos)
     if version >= 3:  # transactional_id comes before acks
         if flexible:
             size_plus_one, pos = _uvarint(frame, pos)
@@ -237,6 +247,31 @@ def _produce_acks(frame: bytes, version: int) -> int:
             pos += 2 + max(0, size)
     (acks,) = struct.unpack_from(">h", frame, pos)
     return int(acks)
+
+
+def _refusal(frame: bytes, version: int, correlation_id: int, error_code: int) -> bytes:
+    """The response frame (no size prefix) a broker refusing every partition of this Produce
+    request with ``error_code`` would send, at the client's version."""
+    request = ProduceRequest.decode(frame[_produce_body_start(frame, version):], version)
+    response = ProduceResponse(responses=[
+        ProduceResponse.TopicProduceResponse(
+            name=topic.name, topic_id=topic.topic_id,
+            partition_responses=[
+                ProduceResponse.PartitionProduceResponse(index=p.index, error_code=error_code,
+                                                         base_offset=-1)
+                for p in topic.partition_data])
+        for topic in request.topic_data])
+    header = _SIZE.pack(correlation_id)
+    if ProduceResponse.header_version(version) >= 1:
+        header += b"\x00"  # no tagged fields
+    return header + bytes(response.encode(version))
+
+
+def _api_versions_v0(correlation_id: int) -> bytes:
+    """An ApiVersions v0 request frame (no size prefix): what the broker gets in place of a
+    refused Produce request, so that its answer takes that request's place in the order."""
+    return _REQUEST_HEADER_START.pack(ApiVersionsRequest.API_KEY, 0, correlation_id) + \
+        struct.pack(">h", -1)  # null client id; v0 has an empty body
 
 
 def set_batches_to_retain(value: int) -> Any:
@@ -269,6 +304,9 @@ class _Awaited:
     api_key: int
     api_version: int  # what the client sent
     upstream_version: int = -1  # what the broker got, when the proxy translated it (v14 -> v13)
+    # A refused Produce request: the broker got an ApiVersions request in its place (so its
+    # answer keeps the connection's order) and the client gets this frame instead.
+    replacement: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -554,7 +592,8 @@ class KafkaProxy:
                 counters.requests[api_key] += 1
                 if not expects_response:
                     counters.produce_requests_without_response += 1
-            if self.faults.on_request(api_key).reset:
+            decision = self.faults.on_request(api_key)
+            if decision.reset:
                 counters.add("produce_requests_reset")
                 counters.add("connections_reset")
                 logger.info(
@@ -562,7 +601,17 @@ class KafkaProxy:
                 )
                 self._close(link, abort=True)
                 return
-            if expects_response:
+            refuse_with = decision.refuse_with if expects_response else 0
+            if refuse_with:
+                counters.add("produce_requests_refused")
+                logger.info("proxy: link %d: refusing Produce request %d with error %d",
+                            link.link_id, correlation_id, refuse_with)
+                link.awaited[correlation_id] = _Awaited(
+                    api_key, api_version, 0,
+                    replacement=_refusal(frame, api_version, correlation_id, refuse_with))
+                counters.add("responses_awaited")
+                frame = _api_versions_v0(correlation_id)
+            elif expects_response:
                 upstream = api_version
                 if api_key == PRODUCE_API_KEY and api_version == _PRODUCE_V14 and \
                         self.speak_produce_v14:
@@ -595,6 +644,10 @@ class KafkaProxy:
                 counters.responses[awaited.api_key] += 1
                 if awaited.api_key == PRODUCE_API_KEY:
                     counters.produce_versions[awaited.api_version] += 1
+            if awaited.replacement is not None:  # a refused Produce request's answer
+                self._enqueue(link, _Outgoing(awaited.replacement,
+                                              now + self.faults.rtt_ms / 1000.0))
+                continue
             if awaited.api_key == ApiVersionsRequest.API_KEY and self.speak_produce_v14:
                 frame = self._advertise_produce_v14(frame, awaited.api_version)
             decision = self.faults.on_response(awaited.api_key)
