@@ -649,6 +649,19 @@ class RecordAccumulator:
         self._queued_records = 0
         return aborted
 
+    def remove_queued(self, batch: ProducerBatch) -> bool:
+        """Take one queued batch out (idempotence gave up on it); the caller fails it.
+        False if it is not queued (already drained, expired or aborted)."""
+        queue = self._queues.get(batch.topic, {}).get(batch.partition)
+        if queue is None:
+            return False
+        try:
+            queue.batches.remove(batch)
+        except ValueError:
+            return False
+        self._queued_records -= batch.record_count
+        return True
+
     def incomplete_batches(self) -> list[ProducerBatch]:
         return list(self._incomplete)
 

@@ -34,7 +34,7 @@ from typing import cast
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
-from aiokprod.errors import IllegalStateError, error_for_code
+from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError, error_for_code
 from aiokprod.producer.retry_policy import Action, RetryDecision, classify
 from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
@@ -179,6 +179,9 @@ class IdempotenceStatistics:
     broker_state_losses: int = 0
     # producer id/epoch assignments so far (InitProducerId answers, local bumps)
     generation: int = 0
+    # held batches failed because they could no longer be written in order, or without
+    # perhaps writing them twice ("A partition's first batches" in docs/idempotence.md)
+    unwritable_batches: int = 0
 
 
 class IdempotenceManager:
@@ -226,6 +229,11 @@ class IdempotenceManager:
         # batches failed by delivery.timeout.ms while their request was still unanswered: the
         # request can still land, so they count as on the wire until its answer comes
         self._expired_on_wire: set[SequencedBatch] = set()
+        # held batches taken out of in_flight because they can no longer be written in order
+        # or exactly once (docs/idempotence.md, "A partition's first batches"); the sender
+        # takes them (take_doomed), removes them from the accumulator and fails them
+        self._doomed: dict[SequencedBatch, BaseException] = {}
+        self._unwritable_total = 0
         self._epoch_bumps = 0
         self._fresh_producer_ids = 0  # InitProducerId answers with a new id
         self._sequence_resets = 0
@@ -388,6 +396,12 @@ class IdempotenceManager:
             self._broker_state_losses += 1
             for p in self._partitions.values():
                 p.reset_requested = True
+                p.leader_holds_state = False
+                for entry in p.in_flight:
+                    # a broker that forgot us cannot tell a resend from a new batch, whatever
+                    # we do: what it may have written under the old pair is lost with its
+                    # state (memory storage), so these are renumbered and sent again
+                    entry.possibly_written = False
             log.warning("[client %s] the broker handed out producer id %d epoch %d again: it "
                         "lost our producer state; renumbering every partition's unacknowledged "
                         "batches from sequence 0", self._client_id, producer_id, producer_epoch)
@@ -483,8 +497,42 @@ class IdempotenceManager:
             return False
         p = self.partition_state(target)
         if getattr(target, "base_sequence", -1) >= 0:  # a retry: it already has a sequence
-            return self._retry_allowed(p, self._held_entry(p, cast(SequencedBatch, target)))
+            batch = cast(SequencedBatch, target)
+            if batch in self._doomed:
+                return False  # failing: the sender takes it out after this drain
+            self._doom_unrenumberable(p)
+            if batch in self._doomed:
+                return False
+            return self._retry_allowed(p, self._held_entry(p, batch))
         return self._new_batch_allowed(p)
+
+    def _doom_unrenumberable(self, p: PartitionSequenceState) -> None:
+        """Before a partition renumbers its held batches (step 3), a batch that may already be
+        written under its current numbering must not be renumbered: under a new producer id or
+        epoch the broker cannot recognise it, and would write it a second time. It fails
+        instead, and so does every held batch before it: had it been written, they could only
+        be written after it, out of order (docs/idempotence.md, "A partition's first
+        batches")."""
+        if not (p.reset_requested and p.in_flight and not p.on_wire_count
+                and self._is_stale(p)):
+            return
+        last = max((i for i, e in enumerate(p.in_flight) if e.possibly_written), default=-1)
+        if last < 0:
+            return
+        doomed = p.in_flight[:last + 1]
+        log.warning("[client %s] %s-%d: sequence(s) %s may already be written and cannot be "
+                    "sent again under a new producer id or epoch; failing %d held batch(es) "
+                    "instead of writing records twice or out of order", self._client_id,
+                    p.topic, p.partition,
+                    [e.base_sequence for e in doomed if e.possibly_written], len(doomed))
+        self._doom(p, doomed, lambda e: OutOfOrderSequenceNumberError(
+            f"{p.topic}-{p.partition}: {e.batch.record_count} record(s) (sequence "
+            f"{e.base_sequence}) failed: "
+            + ("an earlier attempt may have written them, and the producer had to restart "
+               "its sequences, so sending them again could write them twice"
+               if e.possibly_written else
+               "a later batch of this partition may already be written, and these would "
+               "follow it out of order")))
 
     def _held_entry(self, p: PartitionSequenceState, batch: SequencedBatch) -> InFlightEntry:
         entry = p.entry_for(batch)
@@ -501,6 +549,8 @@ class IdempotenceManager:
     def _new_batch_allowed(self, p: PartitionSequenceState) -> bool:
         if p.unresolved:
             return False  # step 2a
+        if p.in_flight and not p.leader_holds_state:
+            return False  # a partition's first batches: one at a time until acknowledged
         if p.retrying:
             return False  # step 2c: retries go first, one at a time
         if self._is_stale(p) and p.in_flight:
@@ -551,6 +601,10 @@ class IdempotenceManager:
             return
         if p.in_flight and not p.reset_requested:
             return
+        written = [e.base_sequence for e in p.in_flight if e.possibly_written]
+        if written:
+            raise IllegalStateError(f"{p.topic}-{p.partition}: sequence(s) {written} may be "
+                                    f"written and must not be renumbered (can_send fails them)")
         if p.producer_id != NO_PRODUCER_ID:
             self._sequence_resets += 1  # the first start is not a reset
         p.restart_sequences(self._producer_id, self._producer_epoch, self._generation)
@@ -579,18 +633,61 @@ class IdempotenceManager:
         self._expired_on_wire.discard(batch)
         p = self.partition_state(batch)
         entry = p.entry_for(batch)
+        earlier: list[InFlightEntry] = []
         if entry is not None:
+            earlier = p.in_flight[:p.in_flight.index(entry)]
             p.remove(entry)
             self._in_flight_total -= 1
         if batch.base_sequence >= 0 and self._speaks_of_current_numbering(p, entry, batch):
+            p.leader_holds_state = True  # it checks our sequences from now on (B4)
             if entry is not None and not p.is_next_sequence(batch.base_sequence):
                 log.debug("[client %s] %s-%d: acknowledged sequence %d after %d (out of order "
                           "answers, e.g. across a leader change)", self._client_id, p.topic,
                           p.partition, batch.base_sequence, p.last_acked_sequence)
+                self._doom_overtaken(p, batch, earlier)
             p.acknowledge(batch.base_sequence, batch.record_count,
                           -1 if duplicate else base_offset)
         if p.unresolved:
             self.check_unresolved(p)
+
+    def _doom_overtaken(self, p: PartitionSequenceState, written: SequencedBatch,
+                        earlier: list[InFlightEntry]) -> None:
+        """A later sequence was written while earlier held batches certainly were not (refused,
+        or never sent): the broker had no state for us and took a gap. Those batches can no
+        longer be written in order, so they fail instead (docs/idempotence.md, "A partition's
+        first batches"). Earlier batches on the wire or perhaps written are left to their
+        answers: they may well be in the log before this one."""
+        overtaken = [e for e in earlier if not e.on_wire and not e.possibly_written
+                     and e.generation == p.generation]
+        if not overtaken:
+            return
+        log.warning("[client %s] %s-%d: sequence %d was written while earlier sequence(s) %s "
+                    "were not (the leader held no state for producer id %d); failing them "
+                    "rather than writing them out of order", self._client_id, p.topic,
+                    p.partition, written.base_sequence,
+                    [e.base_sequence for e in overtaken], written.producer_id)
+        self._doom(p, overtaken, lambda e: OutOfOrderSequenceNumberError(
+            f"{p.topic}-{p.partition}: {e.batch.record_count} record(s) (sequence "
+            f"{e.base_sequence}) not written: the broker wrote later records of this "
+            f"partition (sequence {written.base_sequence}) first, so writing these now would "
+            f"put them out of order"))
+
+    def _doom(self, p: PartitionSequenceState, entries: list[InFlightEntry],
+              error: Callable[[InFlightEntry], BaseException]) -> None:
+        for entry in entries:
+            p.remove(entry)
+            self._in_flight_total -= 1
+            self._doomed[entry.batch] = error(entry)
+            self._unwritable_total += 1
+
+    def take_doomed(self) -> list[tuple[SequencedBatch, BaseException]]:
+        """Held batches that must fail now, with why; the sender removes them from the
+        accumulator and fails their records. Each is returned once."""
+        if not self._doomed:
+            return []
+        doomed = list(self._doomed.items())
+        self._doomed.clear()
+        return doomed
 
     def duplicate_is_success(self, batch: SequencedBatch) -> bool:
         """DUPLICATE_SEQUENCE_NUMBER for ``batch``: are these records really written?
@@ -657,7 +754,13 @@ class IdempotenceManager:
             raise IllegalStateError(f"{p.topic}-{p.partition}: an answer for sequence "
                                     f"{batch.base_sequence}, which is not on the wire")
         p.mark_on_wire(entry, False)
-        entry.possibly_written = entry.possibly_written or decision.possibly_written
+        if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+            # refused by a leader that checks (or lost) our sequences: had an earlier attempt
+            # been written, this one would be answered as its duplicate (the broker keeps the
+            # last batches, and no more than those are ever held here), so none was
+            entry.possibly_written = False
+        else:
+            entry.possibly_written = entry.possibly_written or decision.possibly_written
         if decision.action is Action.COMPLETE:
             self.on_success(batch, base_offset=-1, duplicate=True)
             return decision
@@ -801,7 +904,8 @@ class IdempotenceManager:
             sequence_resets=self._sequence_resets, retries=self._retries_done,
             splits=self._splits, unresolved_batches=self._unresolved_total,
             resolved_batches=self._resolved_total,
-            broker_state_losses=self._broker_state_losses, generation=self._generation)
+            broker_state_losses=self._broker_state_losses, generation=self._generation,
+            unwritable_batches=self._unwritable_total)
 
     def __repr__(self) -> str:
         s = self.statistics()

@@ -309,6 +309,8 @@ class Sender:
             drained = acc.drain(view, nodes, self._max_request_size, now)
         for node, batches in drained.items():
             self._send_produce(node, batches, now)
+        if idem is not None:
+            self._fail_doomed()
         if drained:
             # a request takes at most one batch per partition: more may be sendable now
             # (Java polls with timeout 0 while nodes are ready). When nothing could be drained
@@ -556,6 +558,8 @@ class Sender:
                 self._handle_error(batch, _NETWORK_EXCEPTION, KafkaConnectionError(
                     f"node {node} answered Produce without {batch.topic}-{batch.partition}"), now)
         finally:
+            if self._idem is not None:
+                self._fail_doomed()
             self.wakeup()
 
     def _handle_partition(self, node: int, batch: ProducerBatch,
@@ -626,6 +630,17 @@ class Sender:
         self._acc.release(batch)
         if self._txn is not None:
             self._txn.on_batch_failed(error)  # the open transaction can no longer commit
+
+    def _fail_doomed(self) -> None:
+        """Fail the held batches idempotence gave up on: they can no longer be written in
+        order, or without perhaps writing them twice (docs/idempotence.md, "A partition's
+        first batches"). They wait in the accumulator for a retry; take them out first."""
+        assert self._idem is not None
+        for batch, error in self._idem.take_doomed():
+            if not isinstance(batch, ProducerBatch):
+                raise TypeError(f"idempotence gave up on a foreign batch: {batch!r}")
+            self._acc.remove_queued(batch)
+            self._fail(batch, error)
 
     def abort_queued_batches(self, error: BaseException) -> int:
         """Fail every batch still queued with ``error`` (a transaction abort); batches on the

@@ -224,6 +224,12 @@ class PartitionSequenceState:
     retrying_count: int = 0
     # Times this partition's sequences were restarted at 0 after its first start: statistics.
     sequence_resets: int = 0
+    # The leader acknowledged a batch of this producer id here, so it holds our producer state
+    # and checks every later first sequence (B4). Until then Kafka takes any first sequence
+    # from an id it has no state for, so a later batch could be written ahead of a refused
+    # earlier one: only one batch is held at a time (docs/idempotence.md, "A partition's first
+    # batches"). Cleared by a new producer id and by a broker that lost our state.
+    leader_holds_state: bool = False
 
     # ---- queries -------------------------------------------------------------------------
 
@@ -340,6 +346,8 @@ class PartitionSequenceState:
                 f"{self.on_wire_count} batch(es) still on the wire")
         if generation is None:
             generation = self.generation + 1
+        if self.producer_id not in (producer_id, NO_PRODUCER_ID):
+            self.leader_holds_state = False  # the leader has never seen this producer id
         seq = 0
         for entry in self.in_flight:
             entry.batch.stamp(producer_id, producer_epoch, seq)
@@ -367,7 +375,8 @@ class PartitionSequenceState:
                 f"next={self.next_sequence} acked={self.last_acked_sequence} "
                 f"in_flight={len(self.in_flight)}/{self.in_flight_limit} "
                 f"on_wire={self.on_wire_count} unresolved={len(self.unresolved)} "
-                f"retrying={self.retrying} reset_requested={self.reset_requested}>")
+                f"retrying={self.retrying} reset_requested={self.reset_requested} "
+                f"leader_holds_state={self.leader_holds_state}>")
 
 
 _B = TypeVar("_B", bound=SequencedBatch)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import count, pairwise
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -85,13 +85,24 @@ def state(m: IdempotenceManager) -> ProducerIdState:
     return m.state
 
 
-def ready(pid: int = PID, epoch: int = 0, **kw: Any) -> IdempotenceManager:
+def ready(pid: int = PID, epoch: int = 0, *, pipelined: bool = True,
+          **kw: Any) -> IdempotenceManager:
     m = IdempotenceManager(clock=Clock(), **kw)
     assert m.needs_producer_id()
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(pid, epoch)
     assert state(m) is S.READY
+    if pipelined:
+        leader_holds_state(m)
     return m
+
+
+def leader_holds_state(m: IdempotenceManager, topic: str = "t", partitions: int = 2) -> None:
+    """Start the partitions as after a first acknowledged batch of this producer id: their
+    leaders check sequences, so batches are pipelined from the start (a partition's first
+    batches go one at a time: test_idempotence_first_batches.py)."""
+    for partition in range(partitions):
+        m.partition_state(Batch(topic, partition)).leader_holds_state = True
 
 
 def send(m: IdempotenceManager, *batches: Batch) -> None:
@@ -802,10 +813,13 @@ class SimBroker:
     """One partition's leader, applying the broker's four checks (docs/idempotence.md, B1-B4)
     in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lenient: bool = False) -> None:
         self.window = 5  # ProducerStateBatchesToRetain
         self.producers: dict[int, _ProducerEntry] = {}
         self.log: list[int] = []
+        # Apache Kafka takes any first sequence from a producer id it holds no state for
+        # (its leniency for producers whose state expired); Tansu wants 0 (check 2)
+        self.lenient = lenient
 
     def append(self, pid: int, epoch: int, base: int, records: list[int]) -> tuple[int, int]:
         last = last_sequence(base, len(records))
@@ -815,7 +829,7 @@ class SimBroker:
                 if (first, end) == (base, last):
                     return E.NONE, offset
         if entry is None:  # check 2
-            if base != 0:
+            if base != 0 and not self.lenient:
                 return E.UNKNOWN_PRODUCER_ID, -1
             entry = self.producers[pid] = _ProducerEntry(epoch)
         elif epoch > entry.epoch:  # check 3
@@ -860,8 +874,10 @@ class IdempotenceMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.m = ready()
-        self.brokers = {p: SimBroker() for p in PARTITIONS}
+        # no partition has an acknowledged batch yet: its first batches are in play too
+        self.m = ready(pipelined=False)
+        # partition 0's leader is Tansu-like, partition 1's Kafka-like (lenient)
+        self.brokers = {p: SimBroker(lenient=p == 1) for p in PARTITIONS}
         self.queues: dict[int, deque[Batch]] = {p: deque() for p in PARTITIONS}
         self.wire: dict[int, deque[_Request]] = {p: deque() for p in PARTITIONS}
         self.answers: dict[int, deque[tuple[Batch, int]]] = {p: deque() for p in PARTITIONS}
@@ -884,8 +900,10 @@ class IdempotenceMachine(RuleBasedStateMachine):
 
     def _drain(self, p: int) -> bool:
         queue = self.queues[p]
-        if not queue or not self.m.can_send(queue[0]):
+        if not queue:
             return False
+        if not self.m.can_send(queue[0]):
+            return self._fail_doomed()
         b = queue.popleft()
         state = self.m.partition_state(b)
         retry = b.base_sequence >= 0
@@ -934,6 +952,7 @@ class IdempotenceMachine(RuleBasedStateMachine):
         if code == E.NONE:
             self.m.on_success(b, base_offset=0)
             self._done(b, ok=True)
+            self._fail_doomed()
             return
         if code == E.DUPLICATE_SEQUENCE_NUMBER:
             self.m.on_success(b, base_offset=-1, duplicate=True)
@@ -983,6 +1002,17 @@ class IdempotenceMachine(RuleBasedStateMachine):
     def leader_changes(self, p: int) -> None:
         self.brokers[p].window = 5
         self.m.on_leader_change(TP("t", p))
+
+    def _fail_doomed(self) -> bool:
+        """What the sender does with the batches idempotence gave up on (they can no longer
+        be written in order, or exactly once): out of the queue, failed."""
+        doomed = self.m.take_doomed()
+        for b, _error in doomed:
+            batch = cast(Batch, b)
+            if batch in self.queues[batch.partition]:
+                self.queues[batch.partition].remove(batch)
+            self._done(batch, ok=False)
+        return bool(doomed)
 
     def _done(self, b: Batch, *, ok: bool) -> None:
         self.live.pop(b.records[0], None)

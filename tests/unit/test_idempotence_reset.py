@@ -50,6 +50,8 @@ def kip360_manager() -> IdempotenceManager:
     m = IdempotenceManager(bump_via_init_producer_id=True)
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(1, 0)
+    for partition in range(2):  # as after a first acknowledged batch: pipelined from the start
+        m.partition_state(Batch("t", partition)).leader_holds_state = True
     return m
 
 
