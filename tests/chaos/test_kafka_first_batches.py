@@ -203,3 +203,32 @@ def test_random_faults_on_new_partitions(kafka_first: KafkaBehindProxy, seed: in
     print(f"seed={seed} acked={len(result.acked)} failed={len(result.failed)}")
     assert result.problems() == []
     assert len(result.acked) >= 0.99 * result.count
+
+
+async def produce_in_a_transaction(bootstrap: str, topic: str, count: int
+                                   ) -> dict[int, RecordMetadata]:
+    async with Producer(bootstrap_servers=bootstrap, transactional_id=f"txn-{topic}",
+                        linger_ms=5, batch_size=512, request_timeout_ms=2000,
+                        retry_backoff_ms=50) as producer:
+        async with producer.transaction():
+            futures = [await producer.send(topic, str(i).encode(),
+                                           key=f"k{i % KEYS}".encode())
+                       for i in range(count)]
+        results = await asyncio.gather(*futures)
+    return dict(enumerate(results))
+
+
+def test_transactional_first_request_refused(kafka_first: KafkaBehindProxy) -> None:
+    """The same rule for a transactional producer (transaction version 1 on 3.9, 2 on 4.4):
+    read_committed sees every record of the committed transaction once, in send order."""
+    topic = fresh_topic("txn-refused")
+    kafka_first.cluster.create_topic(topic, PARTITIONS)
+    rule = kafka_first.proxy.faults.refuse_produce_request(
+        ErrorCode.NOT_LEADER_OR_FOLLOWER, nth=[1])
+    acked = asyncio.run(produce_in_a_transaction(kafka_first.bootstrap, topic, 3000))
+    kafka_first.proxy.faults.clear()
+    log = [(r.partition, r.offset, int(r.value or b"-1"))
+           for r in read_back(kafka_first.cluster.bootstrap, topic, expected=len(acked),
+                              timeout=60, settle=0.5, isolation_level="read_committed")]
+    assert rule.hits == 1
+    assert Run(3000, acked, {}, log).problems() == []
