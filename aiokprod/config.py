@@ -185,7 +185,8 @@ class ProducerConfig:
     client_id: str
     # Replicas that must have a record before it counts as written: -1 (all), 0 or 1.
     acks: Literal[-1, 0, 1]
-    # Exactly-once per partition via producer id + sequences; resolved (see module docstring).
+    # Exactly-once per partition via producer id + sequences. Left unset (None) it is on, or off
+    # when acks or retries conflict with it (Java's rule); set to True, a conflict is an error.
     enable_idempotence: bool
     # How long a partition's batch may wait for more records before it is sendable.
     linger_ms: int
@@ -197,7 +198,8 @@ class ProducerConfig:
     max_block_ms: int
     # Bound on the wait for one request's response.
     request_timeout_ms: int
-    # Bound from send() to success or failure, retries included; resolved (module docstring).
+    # Bound from send() to success or failure, retries included. Unset (None): 120000, or
+    # linger_ms + request_timeout_ms when that is more; set, it must be at least that sum.
     delivery_timeout_ms: int
     # Bound on retries of a failed batch (delivery_timeout_ms usually bounds first).
     retries: int
