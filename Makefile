@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml setup.py aiokprod/_native/_speedups.pyx
 # without a compiler runs).
 test: $(STAMP)
 	$(PY) tools/gen_protocol.py --check
+	$(PY) tools/gen_config_docs.py --check
 	$(VENV)/bin/ruff check aiokprod tests tools benchmarks examples setup.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -q -p no:cacheprovider
@@ -32,6 +33,7 @@ kafka: $(STAMP)
 
 gen: $(STAMP)
 	$(PY) tools/gen_protocol.py
+	$(PY) tools/gen_config_docs.py
 
 # The documentation site (mkdocs.yml) into site/; --strict: a broken link, a page left out of the
 # nav or a docstring that does not render fails it. `$(VENV)/bin/mkdocs serve` previews it.

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from aiokprod.producer.producer import Producer, ProducerHealth
     from aiokprod.producer.record_metadata import RecordMetadata
     from aiokprod.producer.transactions import ConsumerGroupMetadata
+    from aiokprod.settings import ProducerSettings
 
 # The one place the version is written: pyproject.toml reads it (setuptools dynamic version).
 __version__ = "0.1.0"
@@ -66,6 +67,7 @@ _LAZY = {
     "Producer": "aiokprod.producer.producer",
     "ProducerHealth": "aiokprod.producer.producer",
     "ProducerConfig": "aiokprod.config",
+    "ProducerSettings": "aiokprod.settings",
     "RecordMetadata": "aiokprod.producer.record_metadata",
     "SendManyResult": "aiokprod.producer.bulk",
 }
@@ -90,6 +92,7 @@ __all__ = [
     "ProducerFencedError",
     "ProducerHealth",
     "ProducerInterceptor",
+    "ProducerSettings",
     "RecordMetadata",
     "RecordTooLargeError",
     "SendManyResult",

@@ -28,22 +28,33 @@ import inspect
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
 from aiokprod.errors import ConfigError
 from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
+from aiokprod.settings import (
+    Acks,
+    CompressionCodec,
+    DnsLookup,
+    EndpointIdentification,
+    RecordingLevel,
+    SaslMechanism,
+    SecurityProtocol,
+)
 
 __all__ = ["COMPRESSION_TYPES", "SASL_MECHANISMS", "ProducerConfig", "java_name"]
 
-COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
-_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# The closed sets come from the Literal types a type checker sees (aiokprod.settings), so the
+# run-time check and the static one accept the same values.
+COMPRESSION_TYPES: tuple[str, ...] = get_args(CompressionCodec)
+_SECURITY_PROTOCOLS: tuple[str, ...] = get_args(SecurityProtocol)
+SASL_MECHANISMS: tuple[str, ...] = get_args(SaslMechanism)
 # Settings whose values are secrets: never in repr(), logs or to_java_names().
 _SECRETS = ("sasl_password", "ssl_password")
 # Other clients' names for our settings (confluent-kafka / librdkafka), read by from_mapping.
 _ALIASES = {"sasl.mechanisms": "sasl_mechanism"}
-_RECORDING_LEVELS = ("INFO", "DEBUG", "TRACE")
-_DNS_LOOKUPS = ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")
+_RECORDING_LEVELS: tuple[str, ...] = get_args(RecordingLevel)
+_DNS_LOOKUPS: tuple[str, ...] = get_args(DnsLookup)
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 # Java's ZSTD level bounds (Zstd.minCompressionLevel() is -(1 << 17)).
@@ -173,8 +184,9 @@ class ProducerConfig:
     # Names this client in broker logs and quotas; "" becomes aiokprod-producer-N like Java.
     client_id: str
     # Replicas that must have a record before it counts as written: -1 (all), 0 or 1.
-    acks: int
-    # Exactly-once per partition via producer id + sequences; resolved (see module docstring).
+    acks: Literal[-1, 0, 1]
+    # Exactly-once per partition via producer id + sequences. Left unset (None) it is on, or off
+    # when acks or retries conflict with it (Java's rule); set to True, a conflict is an error.
     enable_idempotence: bool
     # How long a partition's batch may wait for more records before it is sendable.
     linger_ms: int
@@ -186,7 +198,8 @@ class ProducerConfig:
     max_block_ms: int
     # Bound on the wait for one request's response.
     request_timeout_ms: int
-    # Bound from send() to success or failure, retries included; resolved (module docstring).
+    # Bound from send() to success or failure, retries included. Unset (None): 120000, or
+    # linger_ms + request_timeout_ms when that is more; set, it must be at least that sum.
     delivery_timeout_ms: int
     # Bound on retries of a failed batch (delivery_timeout_ms usually bounds first).
     retries: int
@@ -208,7 +221,7 @@ class ProducerConfig:
     # Metadata of a topic not produced to for this long is dropped.
     metadata_max_idle_ms: int
     # Codec for batches: none, gzip, snappy, lz4, zstd.
-    compression_type: str
+    compression_type: CompressionCodec
     # gzip level: 1..9, or -1 for the codec default (KIP-390).
     compression_gzip_level: int
     # lz4 level 1..17 (KIP-390).
@@ -240,7 +253,7 @@ class ProducerConfig:
     # SO_RCVBUF for broker sockets; -1 keeps the OS default.
     receive_buffer_bytes: int
     # PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (docs/security.md).
-    security_protocol: str
+    security_protocol: SecurityProtocol
     # A TLS context the caller built; excludes the ssl_*file options.
     ssl_context: Any
     # PEM file of CAs to trust; None uses the system trust store.
@@ -252,9 +265,9 @@ class ProducerConfig:
     # Password of an encrypted ssl_keyfile (a secret: never shown).
     ssl_password: str | None
     # "https": the broker's certificate must name the host dialled; "" skips only that check.
-    ssl_endpoint_identification_algorithm: str
+    ssl_endpoint_identification_algorithm: EndpointIdentification
     # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER; required with a SASL protocol.
-    sasl_mechanism: str | None
+    sasl_mechanism: SaslMechanism | None
     # User for PLAIN and SCRAM.
     sasl_username: str | None
     # Password for PLAIN and SCRAM (a secret: never shown).
@@ -270,10 +283,10 @@ class ProducerConfig:
     # Sample windows kept for rates and averages.
     metrics_num_samples: int
     # INFO, DEBUG or TRACE: sensors declared above it record nothing (Java's meaning).
-    metrics_recording_level: str
+    metrics_recording_level: RecordingLevel
     # use_all_dns_ips: try every address a host name resolves to, in turn;
     # resolve_canonical_bootstrap_servers_only: bootstrap names become their canonical names.
-    client_dns_lookup: str
+    client_dns_lookup: DnsLookup
     # Why idempotence was turned off although not disabled explicitly; None when it was not.
     idempotence_disabled_reason: str | None = field(default=None, init=False)
 
@@ -282,7 +295,7 @@ class ProducerConfig:
         *,
         bootstrap_servers: str | Sequence[str],
         client_id: str = "",
-        acks: int | str = "all",
+        acks: Acks = "all",
         enable_idempotence: bool | None = None,
         linger_ms: int = 5,
         batch_size: int = 16384,
@@ -299,7 +312,7 @@ class ProducerConfig:
         max_request_size: int = 1048576,
         metadata_max_age_ms: int = 300000,
         metadata_max_idle_ms: int = 300000,
-        compression_type: str = "none",
+        compression_type: CompressionCodec = "none",
         compression_gzip_level: int = -1,
         compression_lz4_level: int = 9,
         compression_zstd_level: int = 3,
@@ -315,14 +328,14 @@ class ProducerConfig:
         connections_max_idle_ms: int = 540000,
         send_buffer_bytes: int = 131072,
         receive_buffer_bytes: int = 32768,
-        security_protocol: str = "PLAINTEXT",
+        security_protocol: SecurityProtocol = "PLAINTEXT",
         ssl_context: Any = None,
         ssl_cafile: str | None = None,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
         ssl_password: str | None = None,
-        ssl_endpoint_identification_algorithm: str = "https",
-        sasl_mechanism: str | None = None,
+        ssl_endpoint_identification_algorithm: EndpointIdentification = "https",
+        sasl_mechanism: SaslMechanism | None = None,
         sasl_username: str | None = None,
         sasl_password: str | None = None,
         sasl_oauth_token_provider: Callable[..., Any] | None = None,
@@ -330,8 +343,8 @@ class ProducerConfig:
         socket_connection_setup_timeout_max_ms: int = 30000,
         metrics_sample_window_ms: int = 30000,
         metrics_num_samples: int = 2,
-        metrics_recording_level: str = "INFO",
-        client_dns_lookup: str = "use_all_dns_ips",
+        metrics_recording_level: RecordingLevel = "INFO",
+        client_dns_lookup: DnsLookup = "use_all_dns_ips",
     ) -> None:
         given: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         for name, (low, high) in _INT_RANGES.items():

@@ -23,7 +23,8 @@ Error mapping (``install_error_handlers``): ``BufferExhaustedError`` and ``Kafka
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any
 
@@ -38,6 +39,12 @@ from aiokprod.errors import (
     SerializationError,
 )
 from aiokprod.producer.producer import Producer
+from aiokprod.settings import ProducerSettings
+
+if sys.version_info >= (3, 12):
+    from typing import Unpack
+else:  # PEP 692's Unpack for **kwargs is in typing from 3.12
+    from typing_extensions import Unpack
 
 __all__ = [
     "ProducerDep",
@@ -55,14 +62,17 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[Any]]
 
 def producer_lifespan(
     *,
+    bootstrap_servers: str | Sequence[str],
     lifespan: Lifespan | None = None,
     close_timeout: float = 10.0,
     state_attribute: str = "producer",
-    **producer_config: Any,
+    **settings: Unpack[ProducerSettings],
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """A FastAPI lifespan that runs one started ``Producer`` for the app's lifetime.
 
-    ``producer_config`` goes to ``Producer(**producer_config)``. The producer is started and
+    ``bootstrap_servers`` and ``settings`` go to ``Producer(bootstrap_servers, **settings)``,
+    typed as there (``ProducerSettings``) so a type checker sees a wrong setting in the app's
+    set-up, not when uvicorn starts it. The producer is started and
     stored on ``app.state.<state_attribute>`` *before* the app's own ``lifespan`` (if given)
     enters, so that lifespan can use it (e.g. to register metrics), and it is closed *after*
     that lifespan exits, with ``close(timeout=close_timeout)``: queued records are flushed,
@@ -71,7 +81,7 @@ def producer_lifespan(
 
     @asynccontextmanager
     async def run(app: FastAPI) -> AsyncIterator[None]:
-        producer = Producer(**producer_config)
+        producer = Producer(bootstrap_servers, **settings)
         await producer.start()
         setattr(app.state, state_attribute, producer)
         try:

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response
 
+from aiokprod import ProducerSettings
 from aiokprod.fastapi import (
     ProducerDep,
     health_response,
@@ -31,18 +32,17 @@ from aiokprod.fastapi import (
 )
 
 
-def _config_from_env() -> dict[str, Any]:
-    config: dict[str, Any] = {
-        "bootstrap_servers": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
-        "client_id": "fastapi-app",
-        "linger_ms": int(os.environ.get("AIOKPROD_LINGER_MS", "5")),
-    }
-    for env, name in (("AIOKPROD_MAX_BLOCK_MS", "max_block_ms"),
-                      ("AIOKPROD_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
-                      ("AIOKPROD_DELIVERY_TIMEOUT_MS", "delivery_timeout_ms")):
-        if env in os.environ:
-            config[name] = int(os.environ[env])
-    return config
+def _settings_from_env() -> ProducerSettings:
+    """The tuning settings, typed: a misspelt key here is a type error, not a 500 at start-up."""
+    settings = ProducerSettings(client_id="fastapi-app",
+                                linger_ms=int(os.environ.get("AIOKPROD_LINGER_MS", "5")))
+    if "AIOKPROD_MAX_BLOCK_MS" in os.environ:
+        settings["max_block_ms"] = int(os.environ["AIOKPROD_MAX_BLOCK_MS"])
+    if "AIOKPROD_REQUEST_TIMEOUT_MS" in os.environ:
+        settings["request_timeout_ms"] = int(os.environ["AIOKPROD_REQUEST_TIMEOUT_MS"])
+    if "AIOKPROD_DELIVERY_TIMEOUT_MS" in os.environ:
+        settings["delivery_timeout_ms"] = int(os.environ["AIOKPROD_DELIVERY_TIMEOUT_MS"])
+    return settings
 
 
 @asynccontextmanager
@@ -66,9 +66,10 @@ async def metrics_lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 app = FastAPI(lifespan=producer_lifespan(
+    bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
     lifespan=metrics_lifespan,
     close_timeout=float(os.environ.get("AIOKPROD_CLOSE_TIMEOUT_S", "10")),
-    **_config_from_env()))
+    **_settings_from_env()))
 install_error_handlers(app)
 
 

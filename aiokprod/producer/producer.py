@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from threading import get_ident
@@ -45,6 +46,12 @@ from aiokprod.producer.transaction_manager import TransactionManager
 from aiokprod.producer.transactions import TransactionState
 from aiokprod.producer.validation import check_header_key, check_timestamp_ms, validate_topic
 from aiokprod.records import CompressionRatioEstimator, CompressionType
+from aiokprod.settings import ProducerSettings
+
+if sys.version_info >= (3, 12):
+    from typing import Unpack
+else:  # PEP 692's Unpack for **kwargs is in typing from 3.12
+    from typing_extensions import Unpack
 
 __all__ = ["Producer", "ProducerHealth"]
 
@@ -62,13 +69,17 @@ class ProducerHealth(NamedTuple):
 
 
 class Producer(TransactionalApi):
-    """An asyncio Kafka producer. Use ``async with Producer(...)`` or ``start()``/``close()``."""
+    """An asyncio Kafka producer. Use ``async with Producer(...)`` or ``start()``/``close()``.
 
-    def __init__(self, bootstrap_servers: str | Sequence[str] | None = None,
-                 **config: Any) -> None:
-        if bootstrap_servers is not None:
-            config["bootstrap_servers"] = bootstrap_servers
-        self._config = ProducerConfig(**config)
+    ``Producer(bootstrap_servers, **settings)`` takes every ``ProducerConfig`` setting as a
+    typed keyword argument (``ProducerSettings``), so an editor completes the names and a type
+    checker reports a misspelt one or a wrong value; ``ProducerConfig`` still validates them
+    when the producer is built.
+    """
+
+    def __init__(self, bootstrap_servers: str | Sequence[str],
+                 **settings: Unpack[ProducerSettings]) -> None:
+        self._config = ProducerConfig(bootstrap_servers=bootstrap_servers, **settings)
         self._started = False
         self._closed = False
         # the loop start() ran on: the only loop send() may be called from

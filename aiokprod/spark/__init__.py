@@ -17,6 +17,7 @@ Why this shape (details in docs/spark.md):
   ``partition``, ``headers``, ``timestamp``; every ``kafka.``-prefixed option goes to the
   producer under its Java name. Both are checked on the driver, when the writer is built, so a
   typo fails ``save()`` / ``start()`` once with the option or column named — not every task.
+  ``sink_options(...)`` builds the options from typed settings, so a type checker sees them.
 * **Arrow in, ``send_many`` out**: the writers are ``DataSourceArrowWriter`` /
   ``DataSourceStreamArrowWriter``, so a task gets whole Arrow batches, groups them by topic and
   partition in Arrow and hands each group to ``send_many`` as one call. Rows are sent one by one
@@ -53,14 +54,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from aiokprod.errors import ConfigError
 from aiokprod.spark._executor import KafkaSinkError, TaskSummary, TaskWriter
-from aiokprod.spark._options import SinkSettings, settings_from
+from aiokprod.spark._options import SinkSettings, settings_from, sink_options
 
 try:  # Spark 4.1+; on 4.0 the streaming sink takes the Row path
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
 except ImportError:  # pragma: no cover - pyspark 4.0
     DataSourceStreamArrowWriter = None  # type: ignore[assignment,misc]
 
-__all__ = ["KafkaDataSource", "KafkaSinkError", "SinkCommitMessage"]
+__all__ = ["KafkaDataSource", "KafkaSinkError", "SinkCommitMessage", "sink_options"]
 
 logger = logging.getLogger(__name__)
 

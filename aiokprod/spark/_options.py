@@ -11,7 +11,8 @@ pipeline moves over by changing ``format("kafka")`` to ``format("aiokprod")``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql.types import (
@@ -24,10 +25,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from aiokprod.config import ProducerConfig
+from aiokprod.config import ProducerConfig, java_name
 from aiokprod.errors import ConfigError
+from aiokprod.settings import PlainSettings
 
-__all__ = ["COLUMNS", "SinkSettings", "settings_from"]
+if sys.version_info >= (3, 12):
+    from typing import Unpack
+else:  # PEP 692's Unpack for **kwargs is in typing from 3.12
+    from typing_extensions import Unpack
+
+__all__ = ["COLUMNS", "SinkSettings", "settings_from", "sink_options"]
 
 KAFKA_PREFIX = "kafka."
 # The DataFrame columns the sink reads, as in Spark's Kafka sink.
@@ -133,6 +140,28 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
                           f"prefix): {exc}") from exc
     columns = _check_schema(schema, topic)
     return SinkSettings(tuple(sorted(producer.items())), topic, columns)
+
+
+def sink_options(bootstrap_servers: str | Sequence[str], *, topic: str | None = None,
+                 **settings: Unpack[PlainSettings]) -> dict[str, str]:
+    """The sink's options built from typed settings: ``.options(**sink_options(...))``.
+
+    Spark options are strings looked up by name (``.option("kafka.linger.ms", "5")``), which no
+    type checker can follow. This takes the settings ``Producer`` takes, typed the same way
+    (``PlainSettings``: those a string can carry), so a misspelt setting or a value outside its
+    set is a type error in the job's code, and writes each as ``kafka.<java name>`` the way a
+    properties file holds it. ``None`` means the setting's default and is left out.
+    """
+    servers = bootstrap_servers if isinstance(bootstrap_servers, str) \
+        else ",".join(bootstrap_servers)
+    options = {f"{KAFKA_PREFIX}bootstrap.servers": servers}
+    for name, value in settings.items():
+        if value is not None:
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            options[KAFKA_PREFIX + java_name(name)] = text
+    if topic is not None:
+        options["topic"] = topic
+    return options
 
 
 def _from_jaas(config: str) -> dict[str, str]:
