@@ -751,7 +751,7 @@ class KafkaCluster:
                 states.append(f"{node.node_id}:pid={node.process.pid}")
             else:
                 states.append(f"{node.node_id}:exited={node.process.returncode}")
-        return (f"<KafkaCluster {KAFKA_VERSION} brokers={self.brokers} "
+        return (f"<KafkaCluster {self.jars.version} brokers={self.brokers} "
                 f"cluster={self.cluster_id} {' '.join(states) or 'not started'} "
                 f"dir={self.work_dir}>")
 
