@@ -167,7 +167,8 @@ class Producer(TransactionalApi):
                 transaction_timeout_ms=cfg.transaction_timeout_ms, cluster=self._cluster,
                 idempotence=idempotence, request_timeout_ms=cfg.request_timeout_ms,
                 retry_backoff_ms=cfg.retry_backoff_ms, client_id=cfg.client_id,
-                spawn=self._supervisor.spawn, wakeup=self._wakeup, clock=clock)
+                spawn=self._supervisor.spawn, wakeup=self._wakeup,
+                on_fatal=self._on_transaction_fatal, clock=clock)
         self._sender = Sender(
             cluster=self._cluster, accumulator=self._acc, idempotence=idempotence,
             acks=cfg.acks, request_timeout_ms=cfg.request_timeout_ms,
@@ -712,6 +713,13 @@ class Producer(TransactionalApi):
             error.__cause__ = fatal
             return error
         return ProducerClosedError(f"producer closed while this send waited for {what}")
+
+    def _on_transaction_fatal(self, error: BaseException) -> None:
+        """The transaction turned fatal (fenced, not authorized...): every record held fails
+        with that error now, as nothing of it can be sent any more."""
+        sender = self._sender
+        if sender is not None and sender.fatal_error is None:
+            sender.fail_everything(error)
 
     def _turn_fatal(self, crash: BaseException, task_name: str) -> None:
         """The supervisor saw a background task crash: fail everything with that cause."""
