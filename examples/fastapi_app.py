@@ -1,6 +1,7 @@
 """A FastAPI app that produces each request body to Kafka (docs/fastapi.md).
 
-Run it with ``KAFKA_BOOTSTRAP_SERVERS=host:port uvicorn --app-dir examples fastapi_app:app``.
+Needs `pip install 'aiokprod[fastapi,prometheus]' uvicorn`. Run it with
+``KAFKA_BOOTSTRAP_SERVERS=host:port uvicorn --app-dir examples fastapi_app:app``.
 
 * ``POST /events/{topic}`` sends the raw body as the value (key from the ``X-Key`` header) and
   answers ``{"topic", "partition", "offset"}`` once the broker acknowledged it;
@@ -8,9 +9,12 @@ Run it with ``KAFKA_BOOTSTRAP_SERVERS=host:port uvicorn --app-dir examples fasta
 * ``GET /metrics`` serves the producer metrics in Prometheus text format, through
   OpenTelemetry's Prometheus exporter (``aiokprod.otel.instrument_metrics``).
 
-Tuning comes from the environment so a deployment (or a test) can bound every wait:
-``AIOKPROD_LINGER_MS``, ``AIOKPROD_MAX_BLOCK_MS``, ``AIOKPROD_REQUEST_TIMEOUT_MS``,
-``AIOKPROD_DELIVERY_TIMEOUT_MS``, ``AIOKPROD_CLOSE_TIMEOUT_S``.
+Its defaults bound a request by what an HTTP client waits for, not by the producer's defaults
+(120 s of ``delivery.timeout.ms``): ``max.block.ms`` 2 s for metadata or buffer memory,
+``request.timeout.ms`` 3 s per Produce, ``delivery.timeout.ms`` 5 s per record, so a stalled
+broker turns into a 503 within about 5 s, 7 s at worst (docs/fastapi.md). The environment
+overrides them: ``AIOKPROD_LINGER_MS``, ``AIOKPROD_MAX_BLOCK_MS``,
+``AIOKPROD_REQUEST_TIMEOUT_MS``, ``AIOKPROD_DELIVERY_TIMEOUT_MS``, ``AIOKPROD_CLOSE_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -30,18 +34,22 @@ from aiokprod.fastapi import (
     producer_lifespan,
 )
 
+# A request waits for at most max.block.ms (metadata, memory) plus delivery.timeout.ms; the
+# producer's defaults (60 s and 120 s) suit a batch job, not an HTTP client waiting for an answer.
+# delivery.timeout.ms must be at least linger.ms + request.timeout.ms.
+_BOUNDS = (("AIOKPROD_LINGER_MS", "linger_ms", 5),
+           ("AIOKPROD_MAX_BLOCK_MS", "max_block_ms", 2000),
+           ("AIOKPROD_REQUEST_TIMEOUT_MS", "request_timeout_ms", 3000),
+           ("AIOKPROD_DELIVERY_TIMEOUT_MS", "delivery_timeout_ms", 5000))
+
 
 def _config_from_env() -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap_servers": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
         "client_id": "fastapi-app",
-        "linger_ms": int(os.environ.get("AIOKPROD_LINGER_MS", "5")),
     }
-    for env, name in (("AIOKPROD_MAX_BLOCK_MS", "max_block_ms"),
-                      ("AIOKPROD_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
-                      ("AIOKPROD_DELIVERY_TIMEOUT_MS", "delivery_timeout_ms")):
-        if env in os.environ:
-            config[name] = int(os.environ[env])
+    for env, name, default in _BOUNDS:
+        config[name] = int(os.environ.get(env, default))
     return config
 
 
