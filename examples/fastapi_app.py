@@ -1,6 +1,7 @@
 """A FastAPI app that produces each request body to Kafka (docs/fastapi.md).
 
-Run it with ``KAFKA_BOOTSTRAP_SERVERS=host:port uvicorn --app-dir examples fastapi_app:app``.
+Needs `pip install 'aiokprod[fastapi,prometheus]' uvicorn`. Run it with
+``KAFKA_BOOTSTRAP_SERVERS=host:port uvicorn --app-dir examples fastapi_app:app``.
 
 * ``POST /events/{topic}`` sends the raw body as the value (key from the ``X-Key`` header) and
   answers ``{"topic", "partition", "offset"}`` once the broker acknowledged it;
@@ -8,9 +9,12 @@ Run it with ``KAFKA_BOOTSTRAP_SERVERS=host:port uvicorn --app-dir examples fasta
 * ``GET /metrics`` serves the producer metrics in Prometheus text format, through
   OpenTelemetry's Prometheus exporter (``aiokprod.otel.instrument_metrics``).
 
-Tuning comes from the environment so a deployment (or a test) can bound every wait:
-``AIOKPROD_LINGER_MS``, ``AIOKPROD_MAX_BLOCK_MS``, ``AIOKPROD_REQUEST_TIMEOUT_MS``,
-``AIOKPROD_DELIVERY_TIMEOUT_MS``, ``AIOKPROD_CLOSE_TIMEOUT_S``.
+Its defaults bound a request by what an HTTP client waits for, not by the producer's defaults
+(120 s of ``delivery.timeout.ms``): ``max.block.ms`` 2 s for metadata or buffer memory,
+``request.timeout.ms`` 3 s per Produce, ``delivery.timeout.ms`` 5 s per record, so a stalled
+broker turns into a 503 within about 5 s, 7 s at worst (docs/fastapi.md). The environment
+overrides them: ``AIOKPROD_LINGER_MS``, ``AIOKPROD_MAX_BLOCK_MS``,
+``AIOKPROD_REQUEST_TIMEOUT_MS``, ``AIOKPROD_DELIVERY_TIMEOUT_MS``, ``AIOKPROD_CLOSE_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -32,17 +36,19 @@ from aiokprod.fastapi import (
 )
 
 
+# A request waits for at most max.block.ms (metadata, memory) plus delivery.timeout.ms; the
+# producer's defaults (60 s and 120 s) suit a batch job, not an HTTP client waiting for an answer.
+# delivery.timeout.ms must be at least linger.ms + request.timeout.ms.
 def _settings_from_env() -> ProducerSettings:
-    """The tuning settings, typed: a misspelt key here is a type error, not a 500 at start-up."""
-    settings = ProducerSettings(client_id="fastapi-app",
-                                linger_ms=int(os.environ.get("AIOKPROD_LINGER_MS", "5")))
-    if "AIOKPROD_MAX_BLOCK_MS" in os.environ:
-        settings["max_block_ms"] = int(os.environ["AIOKPROD_MAX_BLOCK_MS"])
-    if "AIOKPROD_REQUEST_TIMEOUT_MS" in os.environ:
-        settings["request_timeout_ms"] = int(os.environ["AIOKPROD_REQUEST_TIMEOUT_MS"])
-    if "AIOKPROD_DELIVERY_TIMEOUT_MS" in os.environ:
-        settings["delivery_timeout_ms"] = int(os.environ["AIOKPROD_DELIVERY_TIMEOUT_MS"])
-    return settings
+    """The tuning settings, typed (a misspelt key here is a type error, not a 500 at start-up),
+    with bounds a web request can live with unless the environment says otherwise."""
+    env = os.environ.get
+    return ProducerSettings(
+        client_id="fastapi-app",
+        linger_ms=int(env("AIOKPROD_LINGER_MS", "5")),
+        max_block_ms=int(env("AIOKPROD_MAX_BLOCK_MS", "2000")),
+        request_timeout_ms=int(env("AIOKPROD_REQUEST_TIMEOUT_MS", "3000")),
+        delivery_timeout_ms=int(env("AIOKPROD_DELIVERY_TIMEOUT_MS", "5000")))
 
 
 @asynccontextmanager

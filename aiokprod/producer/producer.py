@@ -86,6 +86,11 @@ class Producer(TransactionalApi):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_owner: Any = None  # self._loop when it is an asyncio.BaseEventLoop
         self._shutdown_task: asyncio.Task[None] | None = None
+        # when the running shutdown ends at the latest (loop time), from the timeout of the
+        # close() that started it (None: only delivery_timeout_ms bounds it); a later close()
+        # with a tighter bound waits only that long, then cuts the shutdown short
+        self._shutdown_deadline: float | None = None
+        self._shutdown_cut = False  # a later close() cancelled the shutdown: only once
         self._supervisor: Supervisor | None = None
         self._cluster: Cluster | None = None
         self._sender: Sender | None = None
@@ -173,7 +178,8 @@ class Producer(TransactionalApi):
                 transaction_timeout_ms=cfg.transaction_timeout_ms, cluster=self._cluster,
                 idempotence=idempotence, request_timeout_ms=cfg.request_timeout_ms,
                 retry_backoff_ms=cfg.retry_backoff_ms, client_id=cfg.client_id,
-                spawn=self._supervisor.spawn, wakeup=self._wakeup, clock=clock)
+                spawn=self._supervisor.spawn, wakeup=self._wakeup,
+                on_fatal=self._on_transaction_fatal, clock=clock)
         self._sender = Sender(
             cluster=self._cluster, accumulator=self._acc, idempotence=idempotence,
             acks=cfg.acks, request_timeout_ms=cfg.request_timeout_ms,
@@ -230,16 +236,46 @@ class Producer(TransactionalApi):
 
         Records not delivered by then fail with ``ProducerClosedError``. Shielded: cancelling
         the caller does not abandon the shutdown half-way (it still completes in the
-        background), and a later ``close()`` waits for that same shutdown. It never raises
-        what a background task died of (that error already failed the records it concerned).
-        Without a timeout it is still bounded: no batch outlives ``delivery_timeout_ms``.
+        background). A later ``close()`` waits for that same shutdown, but never longer than
+        its own ``timeout``: when that runs out first, what is left fails with
+        ``ProducerClosedError`` and the shutdown's remaining (bounded) steps run at once. It
+        never raises what a background task died of (that error already failed the records it
+        concerned). Without a timeout it is still bounded: no batch outlives
+        ``delivery_timeout_ms``.
         """
         self._closed = True
         if not self._started:
             return
-        if self._shutdown_task is None:
-            self._shutdown_task = asyncio.ensure_future(self._shutdown(timeout))
-        await asyncio.shield(self._shutdown_task)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + max(timeout, 0.0)
+        task = self._shutdown_task
+        if task is None:
+            self._shutdown_deadline = deadline
+            task = self._shutdown_task = asyncio.ensure_future(self._shutdown(timeout))
+        elif deadline is not None and (self._shutdown_deadline is None
+                                       or deadline < self._shutdown_deadline):
+            # the close() that started the shutdown allowed more time (and was perhaps
+            # cancelled, its shutdown going on in the background): this call's bound wins.
+            # asyncio.wait, unlike wait_for, leaves the shutdown running if we are cancelled.
+            await asyncio.wait({task}, timeout=max(deadline - loop.time(), 0.0))
+            if not task.done() and not self._shutdown_cut:
+                self._cut_shutdown(task, timeout)
+        # asyncio.wait, not shield: a shutdown cut short by a later close() ends cancelled, and
+        # that is not this caller's cancellation
+        await asyncio.wait({task})
+        if not task.cancelled():
+            task.result()  # what the shutdown itself raised (never a background task's crash)
+
+    def _cut_shutdown(self, task: asyncio.Task[None], timeout: float | None) -> None:
+        """A later close()'s timeout ran out first: fail everything still held, then cancel the
+        shutdown, whose ``finally`` steps stop the tasks and connections (each bounded)."""
+        sender = self._sender
+        if sender is not None:
+            sender.abandon(ProducerClosedError(
+                f"producer closed: close(timeout={timeout}) ran out before these records "
+                "were delivered"))
+        self._shutdown_cut = True
+        task.cancel()
 
     async def _shutdown(self, timeout: float | None) -> None:
         sender, cluster, pool, supervisor = self._sender, self._cluster, self._pool, \
@@ -688,6 +724,13 @@ class Producer(TransactionalApi):
             error.__cause__ = fatal
             return error
         return ProducerClosedError(f"producer closed while this send waited for {what}")
+
+    def _on_transaction_fatal(self, error: BaseException) -> None:
+        """The transaction turned fatal (fenced, not authorized...): every record held fails
+        with that error now, as nothing of it can be sent any more."""
+        sender = self._sender
+        if sender is not None and sender.fatal_error is None:
+            sender.fail_everything(error)
 
     def _turn_fatal(self, crash: BaseException, task_name: str) -> None:
         """The supervisor saw a background task crash: fail everything with that cause."""

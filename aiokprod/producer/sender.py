@@ -227,6 +227,11 @@ class Sender:
                     t.cancel()
                     await asyncio.wait({t}, timeout=1.0)
 
+    def abandon(self, error: BaseException) -> None:
+        """A later close()'s timeout ran out: fail every record still held, without turning the
+        producer fatal (the shutdown goes on to stop the task)."""
+        self._abort_everything(error)
+
     def fail_everything(self, error: BaseException) -> None:
         """The producer turned fatal: refuse new sends and fail every record it holds."""
         if self.fatal_error is None:

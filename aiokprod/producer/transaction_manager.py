@@ -121,6 +121,7 @@ class TransactionManager:
         client_id: str,
         spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]],
         wakeup: Callable[[], None],
+        on_fatal: Callable[[BaseException], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.transactional_id = transactional_id
@@ -132,6 +133,11 @@ class TransactionManager:
         self._client = client_id
         self._spawn = spawn  # the producer's supervisor: a crash of the add task turns fatal
         self._wakeup = wakeup  # the sender: partitions were added, their batches may go
+        # the producer: fail every record it holds with the fatal error at once (Java's Sender
+        # aborts its batches when the TransactionManager has a fatal error); a batch held back
+        # for a partition whose AddPartitionsToTxn found us fenced would otherwise wait until
+        # the commit gave up at max.block.ms
+        self._on_fatal = on_fatal
         self._clock = clock
         self._state = TransactionState.UNINITIALIZED
         # the open transaction's partitions and groups
@@ -177,13 +183,16 @@ class TransactionManager:
         self.fire(TxnEvent.ABORTABLE_ERROR)
 
     def become_fatal(self, error: BaseException) -> None:
-        if self.fatal_error is None:
+        first = self.fatal_error is None
+        if first:
             self.fatal_error = error
             log.error("[client %s] transactional producer failed fatally: %s", self._client,
                       error)
         self.fire(TxnEvent.FATAL_ERROR)
         if self._idem.state is not ProducerIdState.FATAL:
             self._idem.fail_fatally(error)
+        if first and self._on_fatal is not None:
+            self._on_fatal(error)
 
     @property
     def must_abort(self) -> bool:

@@ -1,14 +1,34 @@
-"""The examples run as written (they start their own embedded broker)."""
+"""The examples run as written: with the embedded broker from the development venv, and against
+a real broker from a clean venv holding only what each example's docstring says to install.
+
+The clean-venv runs (``support.example_venv``) are what catches an example that imports
+something only the ``test`` extra brings: examples/fastapi_app.py once needed
+opentelemetry-sdk and the Prometheus exporter while its instructions installed
+``aiokprod[fastapi,otel]``, and failed at startup for every user who followed them.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
+from aiokprod.devbroker import TansuBroker
+from support.example_venv import CleanPython, example_install, prepare
+from support.reader import read_back
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SPARK = ("spark_batch.py", "spark_streaming.py")
 
 
 @pytest.mark.parametrize("name", ["produce.py", "app_lifespan.py", "transactional_copy.py"])
@@ -17,3 +37,133 @@ def test_example_runs(name: str) -> None:
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip()
+
+
+# -- from a clean venv ------------------------------------------------------------------------
+
+
+def _args(name: str, bootstrap: str, new_topic: Callable[..., str]) -> list[str]:
+    """How a command-line example is pointed at the test's broker (its docstring's usage)."""
+    if name == "transactional_copy.py":
+        return [bootstrap, new_topic(partitions=3), new_topic(partitions=3), "copier"]
+    return [bootstrap, new_topic(partitions=2)]
+
+
+COMMAND_LINE = ("produce.py", "app_lifespan.py", "transactional_copy.py", *SPARK)
+SERVED = ("fastapi_app.py",)  # run by uvicorn, driven over HTTP
+
+
+def test_every_example_is_run_from_a_clean_venv() -> None:
+    """A new example must name its install in its docstring and be added here."""
+    names = sorted(p.name for p in EXAMPLES.glob("*.py"))
+    assert names == sorted(COMMAND_LINE + SERVED)
+    for name in names:
+        example_install(EXAMPLES / name)
+
+
+@pytest.fixture(scope="module")
+def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this run installs the work tree's wheel (once, shared by the examples)."""
+    return tmp_path_factory.mktemp("examples")
+
+
+def _require_java() -> None:
+    if shutil.which("java") or Path(os.environ.get("JAVA_HOME", "/nonexistent"),
+                                    "bin", "java").exists():
+        return
+    reason = "the Spark examples need Java 17+ (no `java` on PATH and no JAVA_HOME)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.mark.parametrize("name", COMMAND_LINE)
+def test_example_runs_from_a_clean_venv(name: str, site_dir: Path, tansu: TansuBroker,
+                                        new_topic: Callable[..., str],
+                                        tmp_path: Path) -> None:
+    if name in SPARK:
+        _require_java()
+    clean = prepare(EXAMPLES / name, site_dir)
+    args = _args(name, tansu.bootstrap, new_topic)
+    done = subprocess.run([clean.python, str(EXAMPLES / name), *args], capture_output=True,
+                          text=True, timeout=240, check=False, cwd=tmp_path,
+                          env=clean.env(), stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, \
+        f"pip install {' '.join(clean.install)}; python {name}:\n{done.stderr[-3000:]}"
+    out = done.stdout.strip()
+    assert out, done.stderr[-2000:]
+    if name in SPARK:
+        written = int(out.splitlines()[-1].split()[1])  # "wrote N rows to TOPIC"
+        records = read_back(tansu.bootstrap, args[1], expected=written, timeout=60,
+                            settle=0.3)
+        assert len(records) >= written > 0
+
+
+@contextmanager
+def _uvicorn(clean: CleanPython, bootstrap: str, cwd: Path) -> Iterator[str]:
+    """The FastAPI example under uvicorn from the clean venv; ended by PID and reaped."""
+    port = _free_port()
+    log = cwd / "uvicorn.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [clean.python, "-m", "uvicorn", "--app-dir", str(EXAMPLES), "fastapi_app:app",
+             "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
+            env=clean.env(KAFKA_BOOTSTRAP_SERVERS=bootstrap), cwd=cwd, stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, \
+                f"pip install {' '.join(clean.install)}; uvicorn exited:\n" \
+                f"{log.read_text()[-3000:]}"
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"uvicorn did not come up:\n{log.read_text()}"
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_fastapi_example_serves_from_a_clean_venv_and_bounds_a_stalled_request(
+    site_dir: Path, tansu_factory: Callable[..., TansuBroker], tmp_path: Path
+) -> None:
+    # the example's own defaults (no AIOKPROD_* overrides): a request while the broker is
+    # stalled is answered 503 within delivery.timeout.ms (5 s), not the producer default's 120 s
+    clean = prepare(EXAMPLES / "fastapi_app.py", site_dir)
+    broker = tansu_factory()
+    broker.create_topic("events", 1)
+    assert broker.pid is not None
+    with _uvicorn(clean, broker.bootstrap, tmp_path) as url, \
+            httpx.Client(base_url=url, timeout=60) as client:
+        response = client.post("/events/events", content=b"hello", headers={"X-Key": "k"})
+        assert response.status_code == 200, response.text
+        assert response.json()["topic"] == "events"
+        metrics = client.get("/metrics")
+        assert metrics.status_code == 200
+        assert "kafka_producer_record_send_total" in metrics.text
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            stalled = client.post("/events/events", content=b"stalled")
+            took = time.monotonic() - started
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        assert stalled.status_code == 503, stalled.text
+        assert stalled.headers.get("Retry-After") == "1"
+        assert took < 5.0 + 2.0, took

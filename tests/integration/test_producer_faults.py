@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections import defaultdict
@@ -236,3 +237,34 @@ async def test_fatal_producer_id_error_fails_sends_promptly_and_close_returns(
         await producer.send(topic_name, b"later")
     await asyncio.wait_for(producer.close(), 5)
     assert loop.time() - start < 10
+
+
+async def test_a_later_close_keeps_its_own_timeout_after_a_cancelled_close(
+    tansu_factory: Callable[..., TansuBroker],
+) -> None:
+    # a framework's lifespan cancelled mid-shutdown (or a SIGTERM during it) leaves a
+    # close(timeout=30) running in the background; the close() that follows must still be bound
+    # by its own timeout, and fail what is left, not wait for the first one's 30 s
+    broker = tansu_factory()
+    broker.create_topic("stall", 1)
+    producer = Producer(bootstrap_servers=broker.bootstrap, linger_ms=1)
+    await producer.start()
+    await producer.send_and_wait("stall", b"warm-up")
+    with stalled(broker):
+        pending = [await producer.send("stall", b"%d" % i) for i in range(2000)]
+        first = asyncio.ensure_future(producer.close(timeout=30))
+        await asyncio.sleep(0.2)
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            await asyncio.wait_for(producer.close(timeout=1), 10)
+        finally:
+            elapsed = loop.time() - start
+        assert elapsed < 2.0, elapsed
+        assert all(fut.done() for fut in pending)
+        errors = {type(fut.exception()) for fut in pending}
+        assert errors == {ProducerClosedError}, errors
+        assert "close(timeout=1)" in str(pending[0].exception())

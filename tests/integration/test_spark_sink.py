@@ -50,7 +50,6 @@ from aiokprod.spark._executor import TaskWriter, cached_producer_count, close_al
 from aiokprod.spark._options import settings_from
 from support.reader import read_back
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 HEADERS = ArrayType(StructType([StructField("key", StringType()),
                                 StructField("value", BinaryType())]))
 
@@ -479,24 +478,6 @@ def test_options_and_schema_checks_without_spark() -> None:
         settings_from({"topic": "t"}, schema)
     with pytest.raises(ValueError, match="'transactional' must be 'true' or 'false'"):
         settings_from({"kafka.bootstrap.servers": "h:1", "transactional": "yes"}, schema)
-
-
-# -- examples ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["spark_batch.py", "spark_streaming.py"])
-def test_spark_example_runs(name: str, tansu: TansuBroker,
-                            new_topic: Callable[..., str]) -> None:
-    _require_java()
-    topic = new_topic(partitions=2)
-    done = subprocess.run([sys.executable, str(EXAMPLES / name), tansu.bootstrap, topic],
-                          capture_output=True, text=True, timeout=180, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    # the example prints how many rows it wrote; the topic must hold at least those
-    written = int(done.stdout.strip().splitlines()[-1].split()[1])
-    assert written > 0
-    records = read_back(tansu.bootstrap, topic, expected=written, timeout=60, settle=0.3)
-    assert len(records) >= written
 
 
 # -- grouping by topic and partition (in process, no Spark) ------------------------------------

@@ -19,6 +19,7 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from aiokprod import Producer
 from aiokprod.errors import (
     IllegalStateError,
+    InvalidProducerEpochError,
     KafkaError,
     ProducerFencedError,
     TransactionAbortableError,
@@ -239,4 +240,54 @@ async def test_close_with_an_open_transaction_aborts_it(
     # left open, the first transaction would hold read_committed readers back until
     # transaction.timeout.ms (60 s): the committed record would not be readable now
     records = read_back(kafka.bootstrap, topic, expected=1, timeout=8, settle=0.3)
+    assert _values(records) == [b"committed"]
+
+
+@pytest.mark.parametrize(
+    ("kafka_release", "txn_version"),
+    [("3.9.1", 1), ("4.1.1", 1), ("4.1.1", 2), ("4.4.0", 2)],
+    indirect=["kafka_release"], ids=["3.9.1-txn-v1", "4.1.1-txn-v1", "4.1.1-txn-v2",
+                                     "4.4.0-txn-v2"])
+async def test_a_fenced_producer_leaves_its_transaction_block_with_producer_fenced_at_once(
+    kafka_release: KafkaCluster, txn_version: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A commits, B starts with the same transactional id (fencing A), A opens another
+    # transaction: its first record fails and leaving the block raises ProducerFencedError
+    # within a second or two, not KafkaTimeoutError after max.block.ms
+    monkeypatch.setattr(transaction_manager, "MAX_TRANSACTION_VERSION", txn_version)
+    kafka = kafka_release
+    topic = f"fenced-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, 1)
+    txn_id = _txn_id()
+    first = _producer(kafka, txn_id, max_block_ms=60_000)
+    await first.start()
+    try:
+        assert first._txn is not None
+        assert first._txn.transaction_version == txn_version
+        async with first.transaction():
+            await first.send(topic, b"committed")
+        async with _producer(kafka, txn_id):  # fences the first
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(ProducerFencedError, match="Close this producer") as raised:
+                async with first.transaction():
+                    late = await first.send(topic, b"zombie")
+            elapsed = loop.time() - started
+            assert elapsed < 3, elapsed
+            assert late.done()
+            if txn_version == 1:
+                # held back for AddPartitionsToTxn, which found the fence: it fails with it
+                assert isinstance(late.exception(), ProducerFencedError), late.exception()
+            else:
+                # sent (partitions are added by the leader) and refused: KIP-588 makes that
+                # abortable; the abort's EndTxn then says PRODUCER_FENCED
+                assert isinstance(late.exception(), InvalidProducerEpochError), late.exception()
+                assert isinstance(raised.value.__cause__, TransactionAbortableError)
+            assert first._txn.state is TransactionState.FATAL_ERROR
+            with pytest.raises(ProducerFencedError):
+                first.begin_transaction()
+    finally:
+        await first.close(timeout=5)
+    records = read_back(kafka.bootstrap, topic, expected=1, settle=0.5,
+                        isolation_level="read_committed")
     assert _values(records) == [b"committed"]

@@ -107,3 +107,29 @@ async def test_end_txn_of_a_fenced_producer_is_bounded_although_tansu_never_answ
         started = time.monotonic()
         await first.close(timeout=5)
         assert time.monotonic() - started < 6
+
+
+async def test_a_fenced_producer_leaves_its_transaction_block_with_producer_fenced_at_once(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    # transaction version 1: the fence shows first in AddPartitionsToTxn, which no batch
+    # waits on; the batch held back for it must fail with it, not wait for max.block.ms
+    topic = new_topic()
+    txn_id = f"tansu-{uuid.uuid4().hex[:8]}"
+    first = _producer(tansu, txn_id, max_block_ms=60_000)
+    await first.start()
+    try:
+        assert first._txn is not None and first._txn.transaction_version == 1
+        async with first.transaction():
+            await first.send(topic, b"committed")
+        async with _producer(tansu, txn_id):  # fences the first
+            started = time.monotonic()
+            with pytest.raises(ProducerFencedError, match="Close this producer"):
+                async with first.transaction():
+                    late = await first.send(topic, b"zombie")
+            assert time.monotonic() - started < 3
+            assert late.done()
+            assert isinstance(late.exception(), ProducerFencedError), late.exception()
+            assert first._txn.state is TransactionState.FATAL_ERROR
+    finally:
+        await first.close(timeout=5)

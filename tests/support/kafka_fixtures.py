@@ -7,6 +7,10 @@
   new child process, which the leak guard counts against that test).
 * ``kafka_secure`` — one node with SSL, SASL_PLAINTEXT and SASL_SSL listeners besides
   PLAINTEXT (PLAIN, SCRAM-SHA-256/512 and unsecured OAUTHBEARER), for the session.
+* ``kafka_release`` — one node of another Apache Kafka release, named by an indirect
+  parameter (``@pytest.mark.parametrize("kafka_release", ["3.9.1", "4.4.0"], indirect=True)``),
+  for behaviour that changed between releases (transaction version 1 on 3.9, 2 on 4.x); the
+  default release is the shared ``kafka`` node. Shared like ``kafka``: do not stop it.
 * ``kafka_factory`` — private clusters for a test that kills, stops or restarts brokers, or
   needs an advertised port (a proxy in front); all stopped when the test ends.
 
@@ -28,6 +32,7 @@ from typing import Any, Protocol
 import pytest
 
 from support.kafka_cluster import (
+    KAFKA_VERSION,
     KafkaCluster,
     KafkaJars,
     SecurityOptions,
@@ -137,6 +142,24 @@ def kafka_secure(_kafka_secure_session: KafkaCluster,
     """The shared 1-node cluster with security listeners: ``port(1, "SASL_SSL")``,
     ``bootstrap_for("SSL")``, ``tls.ca_cert``, ``security.users``, ``security.oauth_subject``."""
     yield from _shared(_kafka_secure_session, request)
+
+
+@pytest.fixture(scope="session")
+def kafka_release(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One node of the release named by the indirect parameter, shared until a test asks for
+    another release (pytest then stops this one first: one extra JVM at a time). Its jars are
+    resolved into the same cache as the default release's, once per release."""
+    version = str(getattr(request, "param", KAFKA_VERSION))
+    if version == KAFKA_VERSION:
+        yield request.getfixturevalue("_kafka_session")
+        return
+    jars = ensure_kafka_jars(version=version)
+    if isinstance(jars, str):
+        unavailable(jars)
+        raise AssertionError("unreachable")  # unavailable() always raises
+    yield from _session_cluster(with_class_archive(jars), tmp_path_factory,
+                                f"kafka-{version}")
 
 
 class KafkaFactory(Protocol):

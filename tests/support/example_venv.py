@@ -1,0 +1,189 @@
+"""Clean virtual environments holding only what an example's docstring says to install.
+
+An example that imports something only the ``test`` extra brings runs fine in the development
+venv and fails for every user who follows its instructions. So each example names its install
+in its docstring (``Needs `pip install 'aiokprod[fastapi,prometheus]' uvicorn```), and the
+example tests run it with a Python that has exactly that and nothing else.
+
+Cost. Building a venv (``pip install`` from pip's warm cache, pyspark alone ~500 MB) takes
+seconds to a minute, and ``make test`` runs the suite twice, so the venvs are cached across
+runs under ``~/.cache/aiokprod/example-venvs`` (``$AIOKPROD_EXAMPLES_CACHE`` or
+``$XDG_CACHE_HOME`` move it), keyed on ``pyproject.toml`` (the extras), the install line and
+the interpreter: a change of any of them builds a new one. A cached venv holds the
+dependencies only; aiokprod itself comes from a wheel of the work tree (built once per source
+content, also cached) installed with ``--target`` into the test's own directory and put on
+``PYTHONPATH``. So the code under test is always the work tree's, as the wheel packages it, and
+two work trees sharing a venv never see each other's code. An exclusive ``flock`` serialises
+building; a ``.complete`` marker written last means an interrupted build starts over.
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["ROOT", "CleanPython", "example_install", "examples_cache_dir", "prepare"]
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE_ENV = "AIOKPROD_EXAMPLES_CACHE"
+_MARKER = ".complete"
+_INSTALL = re.compile(r"pip install ([^`\n]+)")
+# venvs unused for this long are removed when another is built (they are only a cache)
+_STALE_S = 3 * 24 * 3600
+
+
+def examples_cache_dir() -> Path:
+    root = os.environ.get(CACHE_ENV)
+    if root:
+        return Path(root).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "aiokprod" / "example-venvs"
+
+
+def example_install(example: Path) -> list[str]:
+    """The arguments of the one ``pip install`` its docstring names (e.g.
+    ``["aiokprod[spark]"]``); AssertionError if it names none, several, or not aiokprod."""
+    doc = ast.get_docstring(ast.parse(example.read_text(encoding="utf-8"))) or ""
+    found = _INSTALL.findall(doc)
+    assert len(found) == 1, (f"{example.name}: its docstring must name exactly one "
+                             f"`pip install ...` (what a user installs to run it), found {found}")
+    args = shlex.split(found[0])
+    assert any(re.fullmatch(r"aiokprod(\[[a-z0-9,_-]+\])?", a) for a in args), \
+        f"{example.name}: `pip install {found[0]}` does not install aiokprod"
+    return args
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:16]
+
+
+def _run(argv: list[str], what: str, timeout: float) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:  # run() killed and reaped it
+        raise AssertionError(f"{what} did not finish within {timeout:.0f}s: {argv}") from None
+    if done.returncode != 0:
+        raise AssertionError(f"{what} failed (exit {done.returncode}): {argv}\n"
+                             f"{(done.stdout + done.stderr)[-4000:]}")
+
+
+def _source_files() -> list[Path]:
+    files = [ROOT / "pyproject.toml", ROOT / "setup.py", ROOT / "README.md"]
+    files += sorted(p for p in (ROOT / "aiokprod").rglob("*")
+                    if p.is_file() and p.suffix in (".py", ".pyx", ".pxd", ".typed"))
+    return files
+
+
+def _wheel(cache: Path) -> Path:
+    """A wheel of the work tree, built once per content of its sources (~8 s)."""
+    key = _digest(*(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes()
+                    for p in _source_files()))
+    directory = cache / "wheels" / key
+    with _locked(cache / "wheels"):
+        wheels = sorted(directory.glob("aiokprod-*.whl"))
+        if (directory / _MARKER).is_file() and wheels:
+            return wheels[0]
+        shutil.rmtree(directory, ignore_errors=True)
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(directory),
+              str(ROOT)], "building a wheel of the work tree", 600)
+        (directory / _MARKER).write_text("")
+        # other contents' wheels are of no further use: keep the directory small
+        for other in (cache / "wheels").iterdir():
+            if other.is_dir() and other != directory:
+                shutil.rmtree(other, ignore_errors=True)
+        return sorted(directory.glob("aiokprod-*.whl"))[0]
+
+
+def _requirements(args: list[str], wheel: Path) -> list[str]:
+    """The install line with ``aiokprod[extras]`` taken from the work tree's wheel."""
+    out = []
+    for arg in args:
+        match = re.fullmatch(r"aiokprod(\[[a-z0-9,_-]+\])?", arg)
+        out.append(f"aiokprod{match.group(1) or ''} @ {wheel.as_uri()}" if match else arg)
+    return out
+
+
+def _venv(cache: Path, args: list[str], wheel: Path) -> Path:
+    """A venv with the dependencies ``pip install ARGS`` brings, aiokprod itself removed."""
+    key = _digest((ROOT / "pyproject.toml").read_bytes(), "\0".join(args).encode(),
+                  sys.version.encode(), sys.base_prefix.encode())
+    venv = cache / f"venv-{key}"
+    with _locked(cache):
+        if not (venv / _MARKER).is_file():
+            shutil.rmtree(venv, ignore_errors=True)
+            started = time.monotonic()
+            _run([sys.executable, "-m", "venv", str(venv)], "creating a venv", 120)
+            python = str(venv / "bin" / "python")
+            _run([python, "-m", "pip", "install", "-q", *_requirements(args, wheel)],
+                 f"pip install {' '.join(args)}", 900)
+            _run([python, "-m", "pip", "uninstall", "-q", "-y", "aiokprod"],
+                 "removing aiokprod from the venv", 120)
+            (venv / _MARKER).write_text(
+                f"pip install {' '.join(args)}: {time.monotonic() - started:.1f}s\n")
+            for other in cache.glob("venv-*"):
+                if other != venv and time.time() - other.stat().st_mtime > _STALE_S:
+                    shutil.rmtree(other, ignore_errors=True)
+        os.utime(venv)  # in use: not stale
+    return venv
+
+
+class CleanPython:
+    """A clean venv's interpreter with the work tree's aiokprod on ``PYTHONPATH``."""
+
+    def __init__(self, venv: Path, site: Path, install: list[str]) -> None:
+        self.venv = venv
+        self.site = site  # where the wheel was installed (--target)
+        self.install = install  # the docstring's install line, for messages
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment for a child: nothing of the development venv leaks in."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")}
+        env["PATH"] = os.pathsep.join([str(self.venv / "bin"), env.get("PATH", "")])
+        env["VIRTUAL_ENV"] = str(self.venv)
+        env["PYTHONPATH"] = str(self.site)
+        env.update(extra)
+        return env
+
+
+def prepare(example: Path, work_dir: Path) -> CleanPython:
+    """The clean interpreter for ``example``; ``work_dir`` is the test's own directory."""
+    args = example_install(example)
+    cache = examples_cache_dir()
+    wheel = _wheel(cache)
+    venv = _venv(cache, args, wheel)
+    site = work_dir / "site"
+    if not site.exists():
+        _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+              "--target", str(site), str(wheel)], "installing the work tree's wheel", 120)
+    return CleanPython(venv, site, args)
