@@ -295,7 +295,9 @@ def test_a_retried_task_writes_its_rows_again(spark: SparkSession, tansu: TansuB
         _save(df, tansu.bootstrap, topic)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    records = read_back(tansu.bootstrap, topic, expected=rows + 1, timeout=20, settle=0.5)
+    # The first attempt's rows come first in the log, so rows + 1 records arrive before the
+    # retry's last ones: read on for a while after (0.5 s lost the tail on a loaded machine).
+    records = read_back(tansu.bootstrap, topic, expected=rows + 1, timeout=60, settle=3.0)
     counts = Counter(int(r.value) for r in records)
     assert set(counts) == set(range(rows))
     # the first attempt's first batches went out before it failed; the retry sent them again
