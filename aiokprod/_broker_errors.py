@@ -19,6 +19,7 @@ __all__ = [
     "BrokerNotAvailableError",
     "ClusterAuthorizationFailedError",
     "ConcurrentTransactionsError",
+    "ControllerIdNotRegisteredError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
     "CorruptMessageError",
@@ -42,6 +43,7 @@ __all__ = [
     "FetchSessionIdNotFoundError",
     "FetchSessionTopicIdError",
     "GroupAuthorizationFailedError",
+    "GroupDeletionFailedError",
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
     "GroupSubscribedToTopicError",
@@ -100,22 +102,29 @@ __all__ = [
     "OperationNotAttemptedError",
     "OutOfOrderSequenceNumberError",
     "PolicyViolationError",
+    "PositionOutOfRangeError",
     "PreferredLeaderNotAvailableError",
     "PrincipalDeserializationFailureError",
     "ProducerFencedError",
     "ReassignmentInProgressError",
     "RebalanceInProgressError",
+    "RebootstrapRequiredError",
     "RecordListTooLargeError",
     "ReplicaNotAvailableError",
     "RequestTimedOutError",
     "ResourceNotFoundError",
     "SaslAuthenticationFailedError",
     "SecurityDisabledError",
+    "ShareSessionLimitReachedError",
     "ShareSessionNotFoundError",
     "SnapshotNotFoundError",
     "StaleBrokerEpochError",
     "StaleControllerEpochError",
     "StaleMemberEpochError",
+    "StreamsInvalidTopologyEpochError",
+    "StreamsInvalidTopologyError",
+    "StreamsTopologyDescriptionUpdateFailedError",
+    "StreamsTopologyFencedError",
     "TelemetryTooLargeError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
@@ -1083,6 +1092,15 @@ class SnapshotNotFoundError(BrokerResponseError):
     message = ErrorCode.SNAPSHOT_NOT_FOUND.message
 
 
+class PositionOutOfRangeError(BrokerResponseError):
+    """POSITION_OUT_OF_RANGE, code 99 (Java PositionOutOfRangeException); not retriable."""
+
+    code = 99
+    retriable = False
+    error_code = ErrorCode.POSITION_OUT_OF_RANGE
+    message = ErrorCode.POSITION_OUT_OF_RANGE.message
+
+
 class UnknownTopicIdError(BrokerResponseError):
     """UNKNOWN_TOPIC_ID, code 100 (Java UnknownTopicIdException); retriable."""
 
@@ -1356,6 +1374,88 @@ class InvalidRegularExpressionError(BrokerResponseError):
     message = ErrorCode.INVALID_REGULAR_EXPRESSION.message
 
 
+class RebootstrapRequiredError(BrokerResponseError):
+    """REBOOTSTRAP_REQUIRED, code 129 (Java RebootstrapRequiredException); not retriable."""
+
+    code = 129
+    retriable = False
+    error_code = ErrorCode.REBOOTSTRAP_REQUIRED
+    message = ErrorCode.REBOOTSTRAP_REQUIRED.message
+
+
+class StreamsInvalidTopologyError(BrokerResponseError):
+    """STREAMS_INVALID_TOPOLOGY, code 130 (Java StreamsInvalidTopologyException); not
+    retriable.
+    """
+
+    code = 130
+    retriable = False
+    error_code = ErrorCode.STREAMS_INVALID_TOPOLOGY
+    message = ErrorCode.STREAMS_INVALID_TOPOLOGY.message
+
+
+class StreamsInvalidTopologyEpochError(BrokerResponseError):
+    """STREAMS_INVALID_TOPOLOGY_EPOCH, code 131 (Java StreamsInvalidTopologyEpochException);
+    not retriable.
+    """
+
+    code = 131
+    retriable = False
+    error_code = ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH
+    message = ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH.message
+
+
+class StreamsTopologyFencedError(BrokerResponseError):
+    """STREAMS_TOPOLOGY_FENCED, code 132 (Java StreamsTopologyFencedException); not retriable."""
+
+    code = 132
+    retriable = False
+    error_code = ErrorCode.STREAMS_TOPOLOGY_FENCED
+    message = ErrorCode.STREAMS_TOPOLOGY_FENCED.message
+
+
+class ShareSessionLimitReachedError(BrokerResponseError):
+    """SHARE_SESSION_LIMIT_REACHED, code 133 (Java ShareSessionLimitReachedException);
+    retriable.
+    """
+
+    code = 133
+    retriable = True
+    error_code = ErrorCode.SHARE_SESSION_LIMIT_REACHED
+    message = ErrorCode.SHARE_SESSION_LIMIT_REACHED.message
+
+
+class GroupDeletionFailedError(BrokerResponseError):
+    """GROUP_DELETION_FAILED, code 134 (Java GroupDeletionFailedException); not retriable."""
+
+    code = 134
+    retriable = False
+    error_code = ErrorCode.GROUP_DELETION_FAILED
+    message = ErrorCode.GROUP_DELETION_FAILED.message
+
+
+class StreamsTopologyDescriptionUpdateFailedError(BrokerResponseError):
+    """STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED, code 135 (Java
+    StreamsTopologyDescriptionUpdateFailedException); not retriable.
+    """
+
+    code = 135
+    retriable = False
+    error_code = ErrorCode.STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED
+    message = ErrorCode.STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED.message
+
+
+class ControllerIdNotRegisteredError(BrokerResponseError):
+    """CONTROLLER_ID_NOT_REGISTERED, code 136 (Java ControllerIdNotRegisteredException); not
+    retriable.
+    """
+
+    code = 136
+    retriable = False
+    error_code = ErrorCode.CONTROLLER_ID_NOT_REGISTERED
+    message = ErrorCode.CONTROLLER_ID_NOT_REGISTERED.message
+
+
 BROKER_ERRORS_BY_CODE: dict[int, type[BrokerResponseError]] = {
     -1: UnknownServerError,
     1: OffsetOutOfRangeError,
@@ -1456,6 +1556,7 @@ BROKER_ERRORS_BY_CODE: dict[int, type[BrokerResponseError]] = {
     96: FeatureUpdateFailedError,
     97: PrincipalDeserializationFailureError,
     98: SnapshotNotFoundError,
+    99: PositionOutOfRangeError,
     100: UnknownTopicIdError,
     101: DuplicateBrokerRegistrationError,
     102: BrokerIdNotRegisteredError,
@@ -1485,6 +1586,14 @@ BROKER_ERRORS_BY_CODE: dict[int, type[BrokerResponseError]] = {
     126: DuplicateVoterError,
     127: VoterNotFoundError,
     128: InvalidRegularExpressionError,
+    129: RebootstrapRequiredError,
+    130: StreamsInvalidTopologyError,
+    131: StreamsInvalidTopologyEpochError,
+    132: StreamsTopologyFencedError,
+    133: ShareSessionLimitReachedError,
+    134: GroupDeletionFailedError,
+    135: StreamsTopologyDescriptionUpdateFailedError,
+    136: ControllerIdNotRegisteredError,
 }
 
 for _cls in BROKER_ERRORS_BY_CODE.values():

@@ -208,7 +208,7 @@ class ErrorCode(IntEnum):
     INVALID_GROUP_ID = (
         24,
         False,
-        'The configured groupId is invalid.',
+        'The group id is invalid.',
         'InvalidGroupIdException',
     )
     UNKNOWN_MEMBER_ID = (
@@ -591,7 +591,7 @@ class ErrorCode(IntEnum):
     GROUP_MAX_SIZE_REACHED = (
         81,
         False,
-        'The consumer group has reached its max size.',
+        'The group has reached its maximum size.',
         'GroupMaxSizeReachedException',
     )
     FENCED_INSTANCE_ID = (
@@ -710,6 +710,15 @@ class ErrorCode(IntEnum):
         False,
         'Requested snapshot was not found.',
         'SnapshotNotFoundException',
+    )
+    POSITION_OUT_OF_RANGE = (
+        99,
+        False,
+        (
+            'Requested position is not greater than or equal to zero, and less than the size of '
+            'the snapshot.'
+        ),
+        'PositionOutOfRangeException',
     )
     UNKNOWN_TOPIC_ID = (
         100,
@@ -876,10 +885,7 @@ class ErrorCode(IntEnum):
     FENCED_STATE_EPOCH = (
         124,
         False,
-        (
-            'The share coordinator rejected the request because the share-group state epoch did '
-            'not match.'
-        ),
+        'The coordinator rejected the request because the state epoch did not match.',
         'FencedStateEpochException',
     )
     INVALID_VOTER_KEY = (
@@ -905,6 +911,60 @@ class ErrorCode(IntEnum):
         False,
         'The regular expression is not valid.',
         'InvalidRegularExpression',
+    )
+    REBOOTSTRAP_REQUIRED = (
+        129,
+        False,
+        'Client metadata is stale. The client should rebootstrap to obtain new metadata.',
+        'RebootstrapRequiredException',
+    )
+    STREAMS_INVALID_TOPOLOGY = (
+        130,
+        False,
+        'The supplied topology is invalid.',
+        'StreamsInvalidTopologyException',
+    )
+    STREAMS_INVALID_TOPOLOGY_EPOCH = (
+        131,
+        False,
+        'The supplied topology epoch is invalid.',
+        'StreamsInvalidTopologyEpochException',
+    )
+    STREAMS_TOPOLOGY_FENCED = (
+        132,
+        False,
+        'The supplied topology epoch is outdated.',
+        'StreamsTopologyFencedException',
+    )
+    SHARE_SESSION_LIMIT_REACHED = (
+        133,
+        True,
+        'The limit of share sessions has been reached.',
+        'ShareSessionLimitReachedException',
+    )
+    GROUP_DELETION_FAILED = (
+        134,
+        False,
+        (
+            'DeleteGroups could not complete; see the error message on the per-group result for '
+            'details.'
+        ),
+        'GroupDeletionFailedException',
+    )
+    STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED = (
+        135,
+        False,
+        (
+            'The broker could not process the topology description update; see the error message '
+            'for details.'
+        ),
+        'StreamsTopologyDescriptionUpdateFailedException',
+    )
+    CONTROLLER_ID_NOT_REGISTERED = (
+        136,
+        False,
+        'The given controller ID was not registered.',
+        'ControllerIdNotRegisteredException',
     )
 
     @classmethod

@@ -462,7 +462,7 @@ class TransactionManager:
         def build_commit(conn: BrokerConnection) -> tuple[TxnOffsetCommitRequest, int]:
             return TxnOffsetCommitRequest(
                 transactional_id=self.transactional_id, group_id=group_id, producer_id=pid,
-                producer_epoch=epoch, generation_id=meta.generation_id,
+                producer_epoch=epoch, generation_id_or_member_epoch=meta.generation_id,
                 member_id=meta.member_id, group_instance_id=meta.group_instance_id,
                 topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=t, partitions=p)
                         for t, p in by_topic.items()]), \

@@ -84,9 +84,9 @@ def test_forged_lengths_fail_fast(cls: type[Any], version: int, frame: bytes) ->
 
 
 def test_errors_name_the_field() -> None:
-    # Produce v1 response: no topics, then only 2 of throttle_time_ms's 4 bytes.
+    # Produce v3 response: no topics, then only 2 of throttle_time_ms's 4 bytes.
     with pytest.raises(ProtocolError, match=r"ProduceResponse\.throttle_time_ms.*need 4"):
-        ProduceResponse.decode(b"\x00\x00\x00\x00\x00\x00", 1)
+        ProduceResponse.decode(b"\x00\x00\x00\x00\x00\x00", 3)
     # Produce v9 response: 1 topic "t" claiming 1 partition, but 5 bytes cannot hold one.
     frame = uvarint(2) + uvarint(2) + b"t" + uvarint(2) + b"\x00\x00\x00\x01\x00"
     with pytest.raises(ProtocolError, match=r"TopicProduceResponse\.partition_responses"):

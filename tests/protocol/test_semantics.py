@@ -13,6 +13,7 @@ from aiokprod.protocol import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     FindCoordinatorRequest,
+    InitProducerIdRequest,
     MetadataRequest,
     ProduceRequest,
     ProduceResponse,
@@ -31,17 +32,20 @@ def test_versions_outside_the_spec_name_the_api() -> None:
 
 
 def test_non_default_value_in_a_missing_non_ignorable_field_is_refused() -> None:
-    with pytest.raises(UnsupportedVersionError, match=r"ProduceRequest\.transactional_id"):
-        ProduceRequest(transactional_id="tx").encode(2)
+    with pytest.raises(UnsupportedVersionError, match=r"InitProducerIdRequest\.producer_id"):
+        InitProducerIdRequest(producer_id=5).encode(2)
     with pytest.raises(UnsupportedVersionError, match=r"FindCoordinatorRequest\.key"):
         FindCoordinatorRequest(key="group").encode(4)
     # ...but a default value is fine, and the field simply is not written.
-    assert ProduceRequest(transactional_id=None).encode(2) == ProduceRequest().encode(2)
+    assert InitProducerIdRequest(producer_id=-1).encode(2) == InitProducerIdRequest().encode(2)
 
 
 def test_ignorable_fields_are_dropped_silently() -> None:
-    resp = ProduceResponse(throttle_time_ms=250)
-    assert ProduceResponse.decode(resp.encode(0), 0).throttle_time_ms == 0
+    partition = ProduceResponse.PartitionProduceResponse(index=0, log_start_offset=7)
+    resp = ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+        name="t", partition_responses=[partition])])
+    v3 = ProduceResponse.decode(resp.encode(3), 3)  # log_start_offset is v5+ and ignorable
+    assert v3.responses[0].partition_responses[0].log_start_offset == -1
     topic = ProduceRequest.TopicProduceData(name="orders", topic_id=uuid.uuid4())
     v12 = ProduceRequest.decode(ProduceRequest(topic_data=[topic]).encode(12), 12)
     v13 = ProduceRequest.decode(ProduceRequest(topic_data=[topic]).encode(13), 13)
@@ -108,8 +112,9 @@ def test_header_versions() -> None:
 
 def test_class_constants_and_registry() -> None:
     assert (ProduceRequest.API_KEY, ProduceRequest.API_NAME) == (0, "Produce")
-    assert (ProduceRequest.MIN_VERSION, ProduceRequest.MAX_VERSION) == (0, 14)
-    assert (ProduceResponse.MIN_VERSION, ProduceResponse.MAX_VERSION) == (0, 14)
+    # Kafka 4.0 removed Produce v0-v2 (KIP-896); v14 is KIP-1269's overlay
+    assert (ProduceRequest.MIN_VERSION, ProduceRequest.MAX_VERSION) == (3, 14)
+    assert (ProduceResponse.MIN_VERSION, ProduceResponse.MAX_VERSION) == (3, 14)
     assert ProduceRequest.FIRST_FLEXIBLE_VERSION == 9
     assert SaslHandshakeRequest.FIRST_FLEXIBLE_VERSION is None
     assert ProduceRequest.RESPONSE_TYPE is ProduceResponse

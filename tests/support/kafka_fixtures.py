@@ -169,12 +169,14 @@ class KafkaFactory(Protocol):
 @pytest.fixture
 def kafka_factory(kafka_jars: KafkaJars, tmp_path: Path,
                   request: pytest.FixtureRequest) -> Iterator[KafkaFactory]:
-    """Start private clusters (kwargs go to ``KafkaCluster``); all stopped at teardown."""
+    """Start private clusters (kwargs go to ``KafkaCluster``; ``version="3.9.1"`` starts another
+    release); all stopped at teardown."""
     started: list[KafkaCluster] = []
 
-    def start(**kwargs: Any) -> KafkaCluster:
+    def start(*, version: str | None = None, **kwargs: Any) -> KafkaCluster:
         kwargs.setdefault("work_dir", tmp_path / f"kafka-{len(started)}")
-        cluster = KafkaCluster(kafka_jars, **kwargs)
+        jars = kafka_jars if version in (None, kafka_jars.version) else jars_for(str(version))
+        cluster = KafkaCluster(jars, **kwargs)
         started.append(cluster)
         return cluster.start()
 

@@ -29,7 +29,7 @@ __all__ = ["CACHE_ENV", "KAFKA_VERSION", "POM", "KafkaJars", "ensure_kafka_jars"
 logger = logging.getLogger(__name__)
 
 #: Keep equal to ``kafka.version`` in tests/support/kafka/pom.xml.
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.4.0"
 POM = Path(__file__).resolve().parent / "kafka" / "pom.xml"
 #: Overrides the cache root (default ``$XDG_CACHE_HOME/aiokprod`` or ``~/.cache/aiokprod``).
 CACHE_ENV = "AIOKPROD_KAFKA_CACHE"

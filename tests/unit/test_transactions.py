@@ -149,3 +149,30 @@ def test_an_epoch_bumped_by_end_txn_is_adopted() -> None:
     idem.on_epoch_bumped_by_broker(7, 2)
     assert (idem.state, idem.producer_epoch) == (ProducerIdState.READY, 2)
     assert idem.statistics().epoch_bumps == 2
+
+
+def test_epoch_exhaustion_at_end_txn_moves_to_the_new_producer_id() -> None:
+    # KIP-890: near 32767 the coordinator answers EndTxn with a new producer id at epoch 0;
+    # the next transaction's batches start again at sequence 0 under it, one at a time until
+    # its first is acknowledged (the leaders have never seen that id)
+    from test_idempotence_reset import Batch, send
+
+    from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
+    from aiokprod.producer.sequences import MAX_PRODUCER_EPOCH
+
+    idem = IdempotenceManager(transactional=True, bump_via_init_producer_id=True)
+    idem.init_producer_id_params()
+    idem.on_producer_id(7, MAX_PRODUCER_EPOCH - 2)
+    first = Batch()
+    send(idem, first)
+    idem.on_success(first, base_offset=0)
+    idem.on_epoch_bumped_by_broker(7, MAX_PRODUCER_EPOCH - 1)  # the last bump of id 7
+    idem.on_epoch_bumped_by_broker(8, 0)  # exhausted: a new id
+    assert (idem.state, idem.producer_id, idem.producer_epoch) == (ProducerIdState.READY, 8, 0)
+    a, b = Batch(), Batch()
+    send(idem, a)
+    assert a.header == (8, 0, 0)
+    assert not idem.can_send(b)
+    idem.on_success(a, base_offset=1)
+    send(idem, b)
+    assert b.header == (8, 0, 1)

@@ -120,7 +120,7 @@ class AddPartitionsToTxnResponse:
         Fields:
             name (string; versions 0+): The topic name.
             results_by_partition ([]AddPartitionsToTxnPartitionResult; versions 0+): The results for
-                each partition
+                each partition.
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
         """
@@ -423,7 +423,7 @@ class AddPartitionsToTxnRequest:
 
         Fields:
             name (string; versions 0+): The name of the topic.
-            partitions ([]int32; versions 0+): The partition indexes to add to the transaction
+            partitions ([]int32; versions 0+): The partition indexes to add to the transaction.
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
         """

@@ -23,9 +23,11 @@ from aiokprod.protocol.primitives import (
     _Missing,
     enc_array_len,
     enc_compact_array_len,
+    enc_compact_nullable_string,
     enc_compact_string,
     read_array_len,
     read_compact_array_len,
+    read_compact_nullable_string,
     read_compact_string,
     read_unknown_tags,
     read_uvarint,
@@ -42,7 +44,7 @@ _S_q = struct.Struct('>q')
 
 
 class ApiVersionsResponse:
-    """Kafka ApiVersions response (API key 18), versions 0-4.
+    """Kafka ApiVersions response (API key 18), versions 0-5.
 
     Flexible (compact encodings, tagged fields) from version 3.
 
@@ -62,7 +64,7 @@ class ApiVersionsResponse:
             cluster-wide finalized features. The information is valid only if
             FinalizedFeaturesEpoch >= 0.
         zk_migration_ready (bool; versions 3+, tag 3 in 3+, ignorable): Set by a KRaft
-            controller if the required configurations for ZK migration are present
+            controller if the required configurations for ZK migration are present.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
     """
@@ -81,9 +83,9 @@ class ApiVersionsResponse:
         __slots__ = ('api_key', 'min_version', 'max_version', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('api_key', 'ApiKey', 'int16', (0, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('min_version', 'MinVersion', 'int16', (0, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('max_version', 'MaxVersion', 'int16', (0, 4), (1, 0), None, (1, 0), False),
+            FieldInfo('api_key', 'ApiKey', 'int16', (0, 5), (1, 0), None, (1, 0), False),
+            FieldInfo('min_version', 'MinVersion', 'int16', (0, 5), (1, 0), None, (1, 0), False),
+            FieldInfo('max_version', 'MaxVersion', 'int16', (0, 5), (1, 0), None, (1, 0), False),
         )
 
         api_key: int
@@ -140,9 +142,9 @@ class ApiVersionsResponse:
         __slots__ = ('name', 'min_version', 'max_version', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('name', 'Name', 'string', (3, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('min_version', 'MinVersion', 'int16', (3, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('max_version', 'MaxVersion', 'int16', (3, 4), (1, 0), None, (1, 0), False),
+            FieldInfo('name', 'Name', 'string', (3, 5), (1, 0), None, (1, 0), False),
+            FieldInfo('min_version', 'MinVersion', 'int16', (3, 5), (1, 0), None, (1, 0), False),
+            FieldInfo('max_version', 'MaxVersion', 'int16', (3, 5), (1, 0), None, (1, 0), False),
         )
 
         name: str
@@ -201,9 +203,9 @@ class ApiVersionsResponse:
         __slots__ = ('name', 'max_version_level', 'min_version_level', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('name', 'Name', 'string', (3, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('max_version_level', 'MaxVersionLevel', 'int16', (3, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('min_version_level', 'MinVersionLevel', 'int16', (3, 4), (1, 0), None, (1, 0), False),
+            FieldInfo('name', 'Name', 'string', (3, 5), (1, 0), None, (1, 0), False),
+            FieldInfo('max_version_level', 'MaxVersionLevel', 'int16', (3, 5), (1, 0), None, (1, 0), False),
+            FieldInfo('min_version_level', 'MinVersionLevel', 'int16', (3, 5), (1, 0), None, (1, 0), False),
         )
 
         name: str
@@ -249,13 +251,13 @@ class ApiVersionsResponse:
     __slots__ = ('error_code', 'api_keys', 'throttle_time_ms', 'supported_features', 'finalized_features_epoch', 'finalized_features', 'zk_migration_ready', 'unknown_tagged_fields')
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo('error_code', 'ErrorCode', 'int16', (0, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('api_keys', 'ApiKeys', '[]ApiVersion', (0, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 4), (1, 0), None, (1, 0), True),
-        FieldInfo('supported_features', 'SupportedFeatures', '[]SupportedFeatureKey', (3, 4), (1, 0), 0, (3, 4), True),
-        FieldInfo('finalized_features_epoch', 'FinalizedFeaturesEpoch', 'int64', (3, 4), (1, 0), 1, (3, 4), True),
-        FieldInfo('finalized_features', 'FinalizedFeatures', '[]FinalizedFeatureKey', (3, 4), (1, 0), 2, (3, 4), True),
-        FieldInfo('zk_migration_ready', 'ZkMigrationReady', 'bool', (3, 4), (1, 0), 3, (3, 4), True),
+        FieldInfo('error_code', 'ErrorCode', 'int16', (0, 5), (1, 0), None, (1, 0), False),
+        FieldInfo('api_keys', 'ApiKeys', '[]ApiVersion', (0, 5), (1, 0), None, (1, 0), False),
+        FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (1, 5), (1, 0), None, (1, 0), True),
+        FieldInfo('supported_features', 'SupportedFeatures', '[]SupportedFeatureKey', (3, 5), (1, 0), 0, (3, 5), True),
+        FieldInfo('finalized_features_epoch', 'FinalizedFeaturesEpoch', 'int64', (3, 5), (1, 0), 1, (3, 5), True),
+        FieldInfo('finalized_features', 'FinalizedFeatures', '[]FinalizedFeatureKey', (3, 5), (1, 0), 2, (3, 5), True),
+        FieldInfo('zk_migration_ready', 'ZkMigrationReady', 'bool', (3, 5), (1, 0), 3, (3, 5), True),
     )
 
     error_code: int
@@ -321,7 +323,7 @@ class ApiVersionsResponse:
     API_KEY: ClassVar[int] = 18
     API_NAME: ClassVar[str] = 'ApiVersions'
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
@@ -339,7 +341,7 @@ class ApiVersionsResponse:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 4:
+        if version < 0 or version > 5:
             raise _unsupported_version('ApiVersions', 'ApiVersionsResponse', version)
         try:
             _ENCODERS_ApiVersionsResponse[version](self, out)
@@ -353,7 +355,7 @@ class ApiVersionsResponse:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 4:
+        if version < 0 or version > 5:
             raise _unsupported_version('ApiVersions', 'ApiVersionsResponse', version)
         end = len(data)
         try:
@@ -368,26 +370,34 @@ class ApiVersionsResponse:
 
 
 class ApiVersionsRequest:
-    """Kafka ApiVersions request (API key 18), versions 0-4.
+    """Kafka ApiVersions request (API key 18), versions 0-5.
 
     Flexible (compact encodings, tagged fields) from version 3.
 
     Fields:
         client_software_name (string; versions 3+, ignorable): The name of the client.
         client_software_version (string; versions 3+, ignorable): The version of the client.
+        cluster_id (string; versions 5+, nullable 5+, ignorable): The cluster ID the client
+            intends to connect to. Provide both ClusterId and NodeId, if known.
+        node_id (int32; versions 5+, ignorable): The node ID the client intends to connect to.
+            Provide both ClusterId and NodeId, if known.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
     """
 
-    __slots__ = ('client_software_name', 'client_software_version', 'unknown_tagged_fields')
+    __slots__ = ('client_software_name', 'client_software_version', 'cluster_id', 'node_id', 'unknown_tagged_fields')
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo('client_software_name', 'ClientSoftwareName', 'string', (3, 4), (1, 0), None, (1, 0), True),
-        FieldInfo('client_software_version', 'ClientSoftwareVersion', 'string', (3, 4), (1, 0), None, (1, 0), True),
+        FieldInfo('client_software_name', 'ClientSoftwareName', 'string', (3, 5), (1, 0), None, (1, 0), True),
+        FieldInfo('client_software_version', 'ClientSoftwareVersion', 'string', (3, 5), (1, 0), None, (1, 0), True),
+        FieldInfo('cluster_id', 'ClusterId', 'string', (5, 5), (5, 5), None, (1, 0), True),
+        FieldInfo('node_id', 'NodeId', 'int32', (5, 5), (1, 0), None, (1, 0), True),
     )
 
     client_software_name: str
     client_software_version: str
+    cluster_id: str | None
+    node_id: int
     unknown_tagged_fields: dict[int, bytes]
 
     def __init__(
@@ -395,10 +405,14 @@ class ApiVersionsRequest:
         *,
         client_software_name: str = '',
         client_software_version: str = '',
+        cluster_id: str | None = None,
+        node_id: int = -1,
         unknown_tagged_fields: dict[int, bytes] | None = None,
     ) -> None:
         self.client_software_name = client_software_name
         self.client_software_version = client_software_version
+        self.cluster_id = cluster_id
+        self.node_id = node_id
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
     def __eq__(self, other: object) -> bool:
@@ -407,6 +421,8 @@ class ApiVersionsRequest:
         return (
             self.client_software_name == other.client_software_name
             and self.client_software_version == other.client_software_version
+            and self.cluster_id == other.cluster_id
+            and self.node_id == other.node_id
             and self.unknown_tagged_fields == other.unknown_tagged_fields
         )
 
@@ -414,7 +430,9 @@ class ApiVersionsRequest:
         text = (
             f"ApiVersionsRequest("
             f"client_software_name={self.client_software_name!r}, "
-            f"client_software_version={self.client_software_version!r}"
+            f"client_software_version={self.client_software_version!r}, "
+            f"cluster_id={self.cluster_id!r}, "
+            f"node_id={self.node_id!r}"
         )
         if self.unknown_tagged_fields:
             text += f", unknown_tagged_fields={self.unknown_tagged_fields!r}"
@@ -424,7 +442,7 @@ class ApiVersionsRequest:
     API_KEY: ClassVar[int] = 18
     API_NAME: ClassVar[str] = 'ApiVersions'
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
@@ -443,7 +461,7 @@ class ApiVersionsRequest:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 4:
+        if version < 0 or version > 5:
             raise _unsupported_version('ApiVersions', 'ApiVersionsRequest', version)
         try:
             _ENCODERS_ApiVersionsRequest[version](self, out)
@@ -457,7 +475,7 @@ class ApiVersionsRequest:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 4:
+        if version < 0 or version > 5:
             raise _unsupported_version('ApiVersions', 'ApiVersionsRequest', version)
         end = len(data)
         try:
@@ -538,7 +556,7 @@ def _dec_ApiVersionsResponse_v1(data: Buf, pos: int, end: int) -> tuple[ApiVersi
 
 
 def _enc_ApiVersionsResponse_v3(o: ApiVersionsResponse, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-5
     out.append(_S_h.pack(o.error_code))
     a_api_keys = o.api_keys
     out.append(enc_compact_array_len(a_api_keys, 'ApiVersionsResponse.api_keys'))
@@ -572,7 +590,7 @@ def _enc_ApiVersionsResponse_v3(o: ApiVersionsResponse, out: list[Chunk]) -> Non
 
 
 def _dec_ApiVersionsResponse_v3(data: Buf, pos: int, end: int) -> tuple[ApiVersionsResponse, int]:
-    # versions 3-4
+    # versions 3-5
     o = _new(_C_ApiVersionsResponse)
     if end - pos < 2:
         raise truncated('ApiVersionsResponse.error_code', 2, end - pos)
@@ -660,7 +678,7 @@ def _dec_ApiVersionsResponse_ApiVersion_v0(data: Buf, pos: int, end: int) -> tup
 
 
 def _enc_ApiVersionsResponse_ApiVersion_v3(o: ApiVersionsResponse.ApiVersion, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-5
     out.append(_S_hhh.pack(o.api_key, o.min_version, o.max_version))
     if o.unknown_tagged_fields:
         write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'ApiVersionsResponse.ApiVersion')
@@ -669,7 +687,7 @@ def _enc_ApiVersionsResponse_ApiVersion_v3(o: ApiVersionsResponse.ApiVersion, ou
 
 
 def _dec_ApiVersionsResponse_ApiVersion_v3(data: Buf, pos: int, end: int) -> tuple[ApiVersionsResponse.ApiVersion, int]:
-    # versions 3-4
+    # versions 3-5
     o = _new(_C_ApiVersionsResponse_ApiVersion)
     if end - pos < 6:
         raise truncated('ApiVersionsResponse.ApiVersion.api_key..max_version', 6, end - pos)
@@ -680,7 +698,7 @@ def _dec_ApiVersionsResponse_ApiVersion_v3(data: Buf, pos: int, end: int) -> tup
 
 
 def _enc_ApiVersionsResponse_SupportedFeatureKey_v3(o: ApiVersionsResponse.SupportedFeatureKey, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-5
     out.append(enc_compact_string(o.name, 'ApiVersionsResponse.SupportedFeatureKey.name'))
     out.append(_S_hh.pack(o.min_version, o.max_version))
     if o.unknown_tagged_fields:
@@ -690,7 +708,7 @@ def _enc_ApiVersionsResponse_SupportedFeatureKey_v3(o: ApiVersionsResponse.Suppo
 
 
 def _dec_ApiVersionsResponse_SupportedFeatureKey_v3(data: Buf, pos: int, end: int) -> tuple[ApiVersionsResponse.SupportedFeatureKey, int]:
-    # versions 3-4
+    # versions 3-5
     o = _new(_C_ApiVersionsResponse_SupportedFeatureKey)
     o.name, pos = read_compact_string(data, pos, end, 'ApiVersionsResponse.SupportedFeatureKey.name')
     if end - pos < 4:
@@ -702,7 +720,7 @@ def _dec_ApiVersionsResponse_SupportedFeatureKey_v3(data: Buf, pos: int, end: in
 
 
 def _enc_ApiVersionsResponse_FinalizedFeatureKey_v3(o: ApiVersionsResponse.FinalizedFeatureKey, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-5
     out.append(enc_compact_string(o.name, 'ApiVersionsResponse.FinalizedFeatureKey.name'))
     out.append(_S_hh.pack(o.max_version_level, o.min_version_level))
     if o.unknown_tagged_fields:
@@ -712,7 +730,7 @@ def _enc_ApiVersionsResponse_FinalizedFeatureKey_v3(o: ApiVersionsResponse.Final
 
 
 def _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(data: Buf, pos: int, end: int) -> tuple[ApiVersionsResponse.FinalizedFeatureKey, int]:
-    # versions 3-4
+    # versions 3-5
     o = _new(_C_ApiVersionsResponse_FinalizedFeatureKey)
     o.name, pos = read_compact_string(data, pos, end, 'ApiVersionsResponse.FinalizedFeatureKey.name')
     if end - pos < 4:
@@ -729,11 +747,13 @@ _ENCODERS_ApiVersionsResponse: tuple[Callable[[ApiVersionsResponse, list[Chunk]]
     _enc_ApiVersionsResponse_v1,
     _enc_ApiVersionsResponse_v3,
     _enc_ApiVersionsResponse_v3,
+    _enc_ApiVersionsResponse_v3,
 )
 _DECODERS_ApiVersionsResponse: tuple[Callable[[Buf, int, int], tuple[ApiVersionsResponse, int]], ...] = (
     _dec_ApiVersionsResponse_v0,
     _dec_ApiVersionsResponse_v1,
     _dec_ApiVersionsResponse_v1,
+    _dec_ApiVersionsResponse_v3,
     _dec_ApiVersionsResponse_v3,
     _dec_ApiVersionsResponse_v3,
 )
@@ -749,6 +769,8 @@ def _dec_ApiVersionsRequest_v0(data: Buf, pos: int, end: int) -> tuple[ApiVersio
     o = _new(_C_ApiVersionsRequest)
     o.client_software_name = ''
     o.client_software_version = ''
+    o.cluster_id = None
+    o.node_id = -1
     o.unknown_tagged_fields = {}
     return o, pos
 
@@ -766,8 +788,36 @@ def _enc_ApiVersionsRequest_v3(o: ApiVersionsRequest, out: list[Chunk]) -> None:
 def _dec_ApiVersionsRequest_v3(data: Buf, pos: int, end: int) -> tuple[ApiVersionsRequest, int]:
     # versions 3-4
     o = _new(_C_ApiVersionsRequest)
+    o.cluster_id = None
+    o.node_id = -1
     o.client_software_name, pos = read_compact_string(data, pos, end, 'ApiVersionsRequest.client_software_name')
     o.client_software_version, pos = read_compact_string(data, pos, end, 'ApiVersionsRequest.client_software_version')
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'ApiVersionsRequest tagged fields')
+    return o, pos
+
+
+def _enc_ApiVersionsRequest_v5(o: ApiVersionsRequest, out: list[Chunk]) -> None:
+    # versions 5
+    out.append(enc_compact_string(o.client_software_name, 'ApiVersionsRequest.client_software_name'))
+    out.append(enc_compact_string(o.client_software_version, 'ApiVersionsRequest.client_software_version'))
+    out.append(enc_compact_nullable_string(o.cluster_id, 'ApiVersionsRequest.cluster_id'))
+    out.append(_S_i.pack(o.node_id))
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'ApiVersionsRequest')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_ApiVersionsRequest_v5(data: Buf, pos: int, end: int) -> tuple[ApiVersionsRequest, int]:
+    # versions 5
+    o = _new(_C_ApiVersionsRequest)
+    o.client_software_name, pos = read_compact_string(data, pos, end, 'ApiVersionsRequest.client_software_name')
+    o.client_software_version, pos = read_compact_string(data, pos, end, 'ApiVersionsRequest.client_software_version')
+    o.cluster_id, pos = read_compact_nullable_string(data, pos, end, 'ApiVersionsRequest.cluster_id')
+    if end - pos < 4:
+        raise truncated('ApiVersionsRequest.node_id', 4, end - pos)
+    o.node_id = _S_i.unpack_from(data, pos)[0]
+    pos += 4
     o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'ApiVersionsRequest tagged fields')
     return o, pos
 
@@ -778,6 +828,7 @@ _ENCODERS_ApiVersionsRequest: tuple[Callable[[ApiVersionsRequest, list[Chunk]], 
     _enc_ApiVersionsRequest_v0,
     _enc_ApiVersionsRequest_v3,
     _enc_ApiVersionsRequest_v3,
+    _enc_ApiVersionsRequest_v5,
 )
 _DECODERS_ApiVersionsRequest: tuple[Callable[[Buf, int, int], tuple[ApiVersionsRequest, int]], ...] = (
     _dec_ApiVersionsRequest_v0,
@@ -785,6 +836,7 @@ _DECODERS_ApiVersionsRequest: tuple[Callable[[Buf, int, int], tuple[ApiVersionsR
     _dec_ApiVersionsRequest_v0,
     _dec_ApiVersionsRequest_v3,
     _dec_ApiVersionsRequest_v3,
+    _dec_ApiVersionsRequest_v5,
 )
 
 

@@ -13,8 +13,9 @@ from typing import ClassVar
 
 from aiokprod.errors import ProtocolError
 from aiokprod.protocol._generated._support import (
-    _field_unsupported,
     _new,
+    _no_decoder,
+    _no_encoder,
     _unsupported_version,
 )
 from aiokprod.protocol.primitives import (
@@ -55,7 +56,7 @@ _S_ih = struct.Struct('>ih')
 
 
 class CreateTopicsResponse:
-    """Kafka CreateTopics response (API key 19), versions 0-7.
+    """Kafka CreateTopics response (API key 19), versions 2-7.
 
     Flexible (compact encodings, tagged fields) from version 5.
 
@@ -73,7 +74,7 @@ class CreateTopicsResponse:
 
         Fields:
             name (string; versions 0+): The topic name.
-            topic_id (uuid; versions 7+, ignorable): The unique topic ID
+            topic_id (uuid; versions 7+, ignorable): The unique topic ID.
             error_code (int16; versions 0+): The error code, or 0 if there was no error.
             error_message (string; versions 1+, nullable 0+, ignorable): The error message, or null
                 if there was no error.
@@ -282,7 +283,7 @@ class CreateTopicsResponse:
 
     API_KEY: ClassVar[int] = 19
     API_NAME: ClassVar[str] = 'CreateTopics'
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 7
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 5
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
@@ -301,7 +302,7 @@ class CreateTopicsResponse:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 7:
+        if version < 2 or version > 7:
             raise _unsupported_version('CreateTopics', 'CreateTopicsResponse', version)
         try:
             _ENCODERS_CreateTopicsResponse[version](self, out)
@@ -315,7 +316,7 @@ class CreateTopicsResponse:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 7:
+        if version < 2 or version > 7:
             raise _unsupported_version('CreateTopics', 'CreateTopicsResponse', version)
         end = len(data)
         try:
@@ -330,10 +331,9 @@ class CreateTopicsResponse:
 
 
 class CreateTopicsRequest:
-    """Kafka CreateTopics request (API key 19), versions 0-7.
+    """Kafka CreateTopics request (API key 19), versions 2-7.
 
     Flexible (compact encodings, tagged fields) from version 5.
-    Deprecated versions: 0-1.
 
     Fields:
         topics ([]CreatableTopic; versions 0+): The topics to create.
@@ -577,10 +577,10 @@ class CreateTopicsRequest:
 
     API_KEY: ClassVar[int] = 19
     API_NAME: ClassVar[str] = 'CreateTopics'
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 7
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 5
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = (0, 1)
+    DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
     RESPONSE_TYPE: ClassVar[type[CreateTopicsResponse]] = CreateTopicsResponse
 
@@ -597,7 +597,7 @@ class CreateTopicsRequest:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 7:
+        if version < 2 or version > 7:
             raise _unsupported_version('CreateTopics', 'CreateTopicsRequest', version)
         try:
             _ENCODERS_CreateTopicsRequest[version](self, out)
@@ -611,7 +611,7 @@ class CreateTopicsRequest:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 7:
+        if version < 2 or version > 7:
             raise _unsupported_version('CreateTopics', 'CreateTopicsRequest', version)
         end = len(data)
         try:
@@ -625,57 +625,13 @@ class CreateTopicsRequest:
         return obj
 
 
-def _enc_CreateTopicsResponse_v0(o: CreateTopicsResponse, out: list[Chunk]) -> None:
-    # versions 0
-    a_topics = o.topics
-    out.append(enc_array_len(a_topics, 'CreateTopicsResponse.topics'))
-    for e_topics in a_topics:
-        _enc_CreateTopicsResponse_CreatableTopicResult_v0(e_topics, out)
-
-
-def _dec_CreateTopicsResponse_v0(data: Buf, pos: int, end: int) -> tuple[CreateTopicsResponse, int]:
-    # versions 0
-    o = _new(_C_CreateTopicsResponse)
-    o.throttle_time_ms = 0
-    n, pos = read_array_len(data, pos, end, 4, 'CreateTopicsResponse.topics')
-    items_topics = []
-    for _ in range(n):
-        e_topics, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v0(data, pos, end)
-        items_topics.append(e_topics)
-    o.topics = items_topics
-    o.unknown_tagged_fields = {}
-    return o, pos
-
-
-def _enc_CreateTopicsResponse_v1(o: CreateTopicsResponse, out: list[Chunk]) -> None:
-    # versions 1
-    a_topics = o.topics
-    out.append(enc_array_len(a_topics, 'CreateTopicsResponse.topics'))
-    for e_topics in a_topics:
-        _enc_CreateTopicsResponse_CreatableTopicResult_v1(e_topics, out)
-
-
-def _dec_CreateTopicsResponse_v1(data: Buf, pos: int, end: int) -> tuple[CreateTopicsResponse, int]:
-    # versions 1
-    o = _new(_C_CreateTopicsResponse)
-    o.throttle_time_ms = 0
-    n, pos = read_array_len(data, pos, end, 6, 'CreateTopicsResponse.topics')
-    items_topics = []
-    for _ in range(n):
-        e_topics, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v1(data, pos, end)
-        items_topics.append(e_topics)
-    o.topics = items_topics
-    o.unknown_tagged_fields = {}
-    return o, pos
-
-
 def _enc_CreateTopicsResponse_v2(o: CreateTopicsResponse, out: list[Chunk]) -> None:
     # versions 2-4
     out.append(_S_i.pack(o.throttle_time_ms))
     a_topics = o.topics
     out.append(enc_array_len(a_topics, 'CreateTopicsResponse.topics'))
     for e_topics in a_topics:
-        _enc_CreateTopicsResponse_CreatableTopicResult_v1(e_topics, out)
+        _enc_CreateTopicsResponse_CreatableTopicResult_v2(e_topics, out)
 
 
 def _dec_CreateTopicsResponse_v2(data: Buf, pos: int, end: int) -> tuple[CreateTopicsResponse, int]:
@@ -688,7 +644,7 @@ def _dec_CreateTopicsResponse_v2(data: Buf, pos: int, end: int) -> tuple[CreateT
     n, pos = read_array_len(data, pos, end, 6, 'CreateTopicsResponse.topics')
     items_topics = []
     for _ in range(n):
-        e_topics, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v1(data, pos, end)
+        e_topics, pos = _dec_CreateTopicsResponse_CreatableTopicResult_v2(data, pos, end)
         items_topics.append(e_topics)
     o.topics = items_topics
     o.unknown_tagged_fields = {}
@@ -755,39 +711,15 @@ def _dec_CreateTopicsResponse_v7(data: Buf, pos: int, end: int) -> tuple[CreateT
     return o, pos
 
 
-def _enc_CreateTopicsResponse_CreatableTopicResult_v0(o: CreateTopicsResponse.CreatableTopicResult, out: list[Chunk]) -> None:
-    # versions 0
-    out.append(enc_string(o.name, 'CreateTopicsResponse.CreatableTopicResult.name'))
-    out.append(_S_h.pack(o.error_code))
-
-
-def _dec_CreateTopicsResponse_CreatableTopicResult_v0(data: Buf, pos: int, end: int) -> tuple[CreateTopicsResponse.CreatableTopicResult, int]:
-    # versions 0
-    o = _new(_C_CreateTopicsResponse_CreatableTopicResult)
-    o.topic_id = ZERO_UUID
-    o.error_message = ''
-    o.topic_config_error_code = 0
-    o.num_partitions = -1
-    o.replication_factor = -1
-    o.configs = []
-    o.name, pos = read_string(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult.name')
-    if end - pos < 2:
-        raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', 2, end - pos)
-    o.error_code = _S_h.unpack_from(data, pos)[0]
-    pos += 2
-    o.unknown_tagged_fields = {}
-    return o, pos
-
-
-def _enc_CreateTopicsResponse_CreatableTopicResult_v1(o: CreateTopicsResponse.CreatableTopicResult, out: list[Chunk]) -> None:
-    # versions 1-4
+def _enc_CreateTopicsResponse_CreatableTopicResult_v2(o: CreateTopicsResponse.CreatableTopicResult, out: list[Chunk]) -> None:
+    # versions 2-4
     out.append(enc_string(o.name, 'CreateTopicsResponse.CreatableTopicResult.name'))
     out.append(_S_h.pack(o.error_code))
     out.append(enc_nullable_string(o.error_message, 'CreateTopicsResponse.CreatableTopicResult.error_message'))
 
 
-def _dec_CreateTopicsResponse_CreatableTopicResult_v1(data: Buf, pos: int, end: int) -> tuple[CreateTopicsResponse.CreatableTopicResult, int]:
-    # versions 1-4
+def _dec_CreateTopicsResponse_CreatableTopicResult_v2(data: Buf, pos: int, end: int) -> tuple[CreateTopicsResponse.CreatableTopicResult, int]:
+    # versions 2-4
     o = _new(_C_CreateTopicsResponse_CreatableTopicResult)
     o.topic_id = ZERO_UUID
     o.topic_config_error_code = 0
@@ -962,8 +894,8 @@ def _dec_CreateTopicsResponse_CreatableTopicConfigs_v5(data: Buf, pos: int, end:
 
 
 _ENCODERS_CreateTopicsResponse: tuple[Callable[[CreateTopicsResponse, list[Chunk]], None], ...] = (
-    _enc_CreateTopicsResponse_v0,
-    _enc_CreateTopicsResponse_v1,
+    _no_encoder,
+    _no_encoder,
     _enc_CreateTopicsResponse_v2,
     _enc_CreateTopicsResponse_v2,
     _enc_CreateTopicsResponse_v2,
@@ -972,8 +904,8 @@ _ENCODERS_CreateTopicsResponse: tuple[Callable[[CreateTopicsResponse, list[Chunk
     _enc_CreateTopicsResponse_v7,
 )
 _DECODERS_CreateTopicsResponse: tuple[Callable[[Buf, int, int], tuple[CreateTopicsResponse, int]], ...] = (
-    _dec_CreateTopicsResponse_v0,
-    _dec_CreateTopicsResponse_v1,
+    _no_decoder,
+    _no_decoder,
     _dec_CreateTopicsResponse_v2,
     _dec_CreateTopicsResponse_v2,
     _dec_CreateTopicsResponse_v2,
@@ -983,51 +915,22 @@ _DECODERS_CreateTopicsResponse: tuple[Callable[[Buf, int, int], tuple[CreateTopi
 )
 
 
-def _enc_CreateTopicsRequest_v0(o: CreateTopicsRequest, out: list[Chunk]) -> None:
-    # versions 0
-    if o.validate_only != False:
-        raise _field_unsupported('CreateTopicsRequest.validate_only', '0')
+def _enc_CreateTopicsRequest_v2(o: CreateTopicsRequest, out: list[Chunk]) -> None:
+    # versions 2-4
     a_topics = o.topics
     out.append(enc_array_len(a_topics, 'CreateTopicsRequest.topics'))
     for e_topics in a_topics:
-        _enc_CreateTopicsRequest_CreatableTopic_v0(e_topics, out)
-    out.append(_S_i.pack(o.timeout_ms))
-
-
-def _dec_CreateTopicsRequest_v0(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest, int]:
-    # versions 0
-    o = _new(_C_CreateTopicsRequest)
-    o.validate_only = False
-    n, pos = read_array_len(data, pos, end, 16, 'CreateTopicsRequest.topics')
-    items_topics = []
-    for _ in range(n):
-        e_topics, pos = _dec_CreateTopicsRequest_CreatableTopic_v0(data, pos, end)
-        items_topics.append(e_topics)
-    o.topics = items_topics
-    if end - pos < 4:
-        raise truncated('CreateTopicsRequest.timeout_ms', 4, end - pos)
-    o.timeout_ms = _S_i.unpack_from(data, pos)[0]
-    pos += 4
-    o.unknown_tagged_fields = {}
-    return o, pos
-
-
-def _enc_CreateTopicsRequest_v1(o: CreateTopicsRequest, out: list[Chunk]) -> None:
-    # versions 1-4
-    a_topics = o.topics
-    out.append(enc_array_len(a_topics, 'CreateTopicsRequest.topics'))
-    for e_topics in a_topics:
-        _enc_CreateTopicsRequest_CreatableTopic_v0(e_topics, out)
+        _enc_CreateTopicsRequest_CreatableTopic_v2(e_topics, out)
     out.append(_S_io.pack(o.timeout_ms, o.validate_only))
 
 
-def _dec_CreateTopicsRequest_v1(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest, int]:
-    # versions 1-4
+def _dec_CreateTopicsRequest_v2(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest, int]:
+    # versions 2-4
     o = _new(_C_CreateTopicsRequest)
     n, pos = read_array_len(data, pos, end, 16, 'CreateTopicsRequest.topics')
     items_topics = []
     for _ in range(n):
-        e_topics, pos = _dec_CreateTopicsRequest_CreatableTopic_v0(data, pos, end)
+        e_topics, pos = _dec_CreateTopicsRequest_CreatableTopic_v2(data, pos, end)
         items_topics.append(e_topics)
     o.topics = items_topics
     if end - pos < 5:
@@ -1068,22 +971,22 @@ def _dec_CreateTopicsRequest_v5(data: Buf, pos: int, end: int) -> tuple[CreateTo
     return o, pos
 
 
-def _enc_CreateTopicsRequest_CreatableTopic_v0(o: CreateTopicsRequest.CreatableTopic, out: list[Chunk]) -> None:
-    # versions 0-4
+def _enc_CreateTopicsRequest_CreatableTopic_v2(o: CreateTopicsRequest.CreatableTopic, out: list[Chunk]) -> None:
+    # versions 2-4
     out.append(enc_string(o.name, 'CreateTopicsRequest.CreatableTopic.name'))
     out.append(_S_ih.pack(o.num_partitions, o.replication_factor))
     a_assignments = o.assignments
     out.append(enc_array_len(a_assignments, 'CreateTopicsRequest.CreatableTopic.assignments'))
     for e_assignments in a_assignments:
-        _enc_CreateTopicsRequest_CreatableReplicaAssignment_v0(e_assignments, out)
+        _enc_CreateTopicsRequest_CreatableReplicaAssignment_v2(e_assignments, out)
     a_configs = o.configs
     out.append(enc_array_len(a_configs, 'CreateTopicsRequest.CreatableTopic.configs'))
     for e_configs in a_configs:
-        _enc_CreateTopicsRequest_CreatableTopicConfig_v0(e_configs, out)
+        _enc_CreateTopicsRequest_CreatableTopicConfig_v2(e_configs, out)
 
 
-def _dec_CreateTopicsRequest_CreatableTopic_v0(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest.CreatableTopic, int]:
-    # versions 0-4
+def _dec_CreateTopicsRequest_CreatableTopic_v2(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest.CreatableTopic, int]:
+    # versions 2-4
     o = _new(_C_CreateTopicsRequest_CreatableTopic)
     o.name, pos = read_string(data, pos, end, 'CreateTopicsRequest.CreatableTopic.name')
     if end - pos < 6:
@@ -1093,13 +996,13 @@ def _dec_CreateTopicsRequest_CreatableTopic_v0(data: Buf, pos: int, end: int) ->
     n, pos = read_array_len(data, pos, end, 8, 'CreateTopicsRequest.CreatableTopic.assignments')
     items_assignments = []
     for _ in range(n):
-        e_assignments, pos = _dec_CreateTopicsRequest_CreatableReplicaAssignment_v0(data, pos, end)
+        e_assignments, pos = _dec_CreateTopicsRequest_CreatableReplicaAssignment_v2(data, pos, end)
         items_assignments.append(e_assignments)
     o.assignments = items_assignments
     n, pos = read_array_len(data, pos, end, 4, 'CreateTopicsRequest.CreatableTopic.configs')
     items_configs = []
     for _ in range(n):
-        e_configs, pos = _dec_CreateTopicsRequest_CreatableTopicConfig_v0(data, pos, end)
+        e_configs, pos = _dec_CreateTopicsRequest_CreatableTopicConfig_v2(data, pos, end)
         items_configs.append(e_configs)
     o.configs = items_configs
     o.unknown_tagged_fields = {}
@@ -1148,8 +1051,8 @@ def _dec_CreateTopicsRequest_CreatableTopic_v5(data: Buf, pos: int, end: int) ->
     return o, pos
 
 
-def _enc_CreateTopicsRequest_CreatableReplicaAssignment_v0(o: CreateTopicsRequest.CreatableReplicaAssignment, out: list[Chunk]) -> None:
-    # versions 0-4
+def _enc_CreateTopicsRequest_CreatableReplicaAssignment_v2(o: CreateTopicsRequest.CreatableReplicaAssignment, out: list[Chunk]) -> None:
+    # versions 2-4
     out.append(_S_i.pack(o.partition_index))
     a_broker_ids = o.broker_ids
     out.append(enc_array_len(a_broker_ids, 'CreateTopicsRequest.CreatableReplicaAssignment.broker_ids'))
@@ -1157,8 +1060,8 @@ def _enc_CreateTopicsRequest_CreatableReplicaAssignment_v0(o: CreateTopicsReques
         out.append(struct.pack(f">{len(a_broker_ids)}i", *a_broker_ids))
 
 
-def _dec_CreateTopicsRequest_CreatableReplicaAssignment_v0(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest.CreatableReplicaAssignment, int]:
-    # versions 0-4
+def _dec_CreateTopicsRequest_CreatableReplicaAssignment_v2(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest.CreatableReplicaAssignment, int]:
+    # versions 2-4
     o = _new(_C_CreateTopicsRequest_CreatableReplicaAssignment)
     if end - pos < 4:
         raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', 4, end - pos)
@@ -1196,14 +1099,14 @@ def _dec_CreateTopicsRequest_CreatableReplicaAssignment_v5(data: Buf, pos: int, 
     return o, pos
 
 
-def _enc_CreateTopicsRequest_CreatableTopicConfig_v0(o: CreateTopicsRequest.CreatableTopicConfig, out: list[Chunk]) -> None:
-    # versions 0-4
+def _enc_CreateTopicsRequest_CreatableTopicConfig_v2(o: CreateTopicsRequest.CreatableTopicConfig, out: list[Chunk]) -> None:
+    # versions 2-4
     out.append(enc_string(o.name, 'CreateTopicsRequest.CreatableTopicConfig.name'))
     out.append(enc_nullable_string(o.value, 'CreateTopicsRequest.CreatableTopicConfig.value'))
 
 
-def _dec_CreateTopicsRequest_CreatableTopicConfig_v0(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest.CreatableTopicConfig, int]:
-    # versions 0-4
+def _dec_CreateTopicsRequest_CreatableTopicConfig_v2(data: Buf, pos: int, end: int) -> tuple[CreateTopicsRequest.CreatableTopicConfig, int]:
+    # versions 2-4
     o = _new(_C_CreateTopicsRequest_CreatableTopicConfig)
     o.name, pos = read_string(data, pos, end, 'CreateTopicsRequest.CreatableTopicConfig.name')
     o.value, pos = read_nullable_string(data, pos, end, 'CreateTopicsRequest.CreatableTopicConfig.value')
@@ -1231,21 +1134,21 @@ def _dec_CreateTopicsRequest_CreatableTopicConfig_v5(data: Buf, pos: int, end: i
 
 
 _ENCODERS_CreateTopicsRequest: tuple[Callable[[CreateTopicsRequest, list[Chunk]], None], ...] = (
-    _enc_CreateTopicsRequest_v0,
-    _enc_CreateTopicsRequest_v1,
-    _enc_CreateTopicsRequest_v1,
-    _enc_CreateTopicsRequest_v1,
-    _enc_CreateTopicsRequest_v1,
+    _no_encoder,
+    _no_encoder,
+    _enc_CreateTopicsRequest_v2,
+    _enc_CreateTopicsRequest_v2,
+    _enc_CreateTopicsRequest_v2,
     _enc_CreateTopicsRequest_v5,
     _enc_CreateTopicsRequest_v5,
     _enc_CreateTopicsRequest_v5,
 )
 _DECODERS_CreateTopicsRequest: tuple[Callable[[Buf, int, int], tuple[CreateTopicsRequest, int]], ...] = (
-    _dec_CreateTopicsRequest_v0,
-    _dec_CreateTopicsRequest_v1,
-    _dec_CreateTopicsRequest_v1,
-    _dec_CreateTopicsRequest_v1,
-    _dec_CreateTopicsRequest_v1,
+    _no_decoder,
+    _no_decoder,
+    _dec_CreateTopicsRequest_v2,
+    _dec_CreateTopicsRequest_v2,
+    _dec_CreateTopicsRequest_v2,
     _dec_CreateTopicsRequest_v5,
     _dec_CreateTopicsRequest_v5,
     _dec_CreateTopicsRequest_v5,

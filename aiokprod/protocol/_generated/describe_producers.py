@@ -56,7 +56,7 @@ class DescribeProducersResponse:
         """Struct TopicResponse of DescribeProducersResponse, versions 0+.
 
         Fields:
-            name (string; versions 0+): The topic name
+            name (string; versions 0+): The topic name.
             partitions ([]PartitionResponse; versions 0+): Each partition in the response.
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
@@ -111,8 +111,8 @@ class DescribeProducersResponse:
             partition_index (int32; versions 0+): The partition index.
             error_code (int16; versions 0+): The partition error code, or 0 if there was no error.
             error_message (string; versions 0+, nullable 0+): The partition error message, which may
-                be null if no additional details are available
-            active_producers ([]ProducerState; versions 0+): (no description in the spec)
+                be null if no additional details are available.
+            active_producers ([]ProducerState; versions 0+): The active producers for the partition.
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
         """
@@ -175,12 +175,13 @@ class DescribeProducersResponse:
         """Struct ProducerState of DescribeProducersResponse, versions 0+.
 
         Fields:
-            producer_id (int64; versions 0+): (no description in the spec)
-            producer_epoch (int32; versions 0+): (no description in the spec)
-            last_sequence (int32; versions 0+): (no description in the spec)
-            last_timestamp (int64; versions 0+): (no description in the spec)
-            coordinator_epoch (int32; versions 0+): (no description in the spec)
-            current_txn_start_offset (int64; versions 0+): (no description in the spec)
+            producer_id (int64; versions 0+): The producer id.
+            producer_epoch (int32; versions 0+): The producer epoch.
+            last_sequence (int32; versions 0+): The last sequence number sent by the producer.
+            last_timestamp (int64; versions 0+): The last timestamp sent by the producer.
+            coordinator_epoch (int32; versions 0+): The current epoch of the producer group.
+            current_txn_start_offset (int64; versions 0+): The current transaction start offset of
+                the producer.
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
         """
@@ -348,7 +349,7 @@ class DescribeProducersRequest:
     Flexible (compact encodings, tagged fields) from version 0.
 
     Fields:
-        topics ([]TopicRequest; versions 0+): (no description in the spec)
+        topics ([]TopicRequest; versions 0+): The topics to list producers for.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
     """

@@ -157,7 +157,6 @@ class EndTxnRequest:
     """Kafka EndTxn request (API key 26), versions 0-5.
 
     Flexible (compact encodings, tagged fields) from version 3.
-    The latest version is unstable (latestVersionUnstable).
 
     Fields:
         transactional_id (string; versions 0+): The ID of the transaction to end.
@@ -229,7 +228,7 @@ class EndTxnRequest:
     MAX_VERSION: ClassVar[int] = 5
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
+    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
     RESPONSE_TYPE: ClassVar[type[EndTxnResponse]] = EndTxnResponse
 
     @staticmethod

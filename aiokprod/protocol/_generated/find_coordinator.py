@@ -58,7 +58,7 @@ class FindCoordinatorResponse:
         node_id (int32; versions 0-3): The node id.
         host (string; versions 0-3): The host name.
         port (int32; versions 0-3): The port.
-        coordinators ([]Coordinator; versions 4+): Each coordinator result in the response
+        coordinators ([]Coordinator; versions 4+): Each coordinator result in the response.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
     """
@@ -269,11 +269,10 @@ class FindCoordinatorRequest:
     """Kafka FindCoordinator request (API key 10), versions 0-6.
 
     Flexible (compact encodings, tagged fields) from version 3.
-    Deprecated versions: 0.
 
     Fields:
         key (string; versions 0-3): The coordinator key.
-        key_type (int8; versions 1+): The coordinator key type. (Group, transaction, etc.)
+        key_type (int8; versions 1+): The coordinator key type. (group, transaction, share).
         coordinator_keys ([]string; versions 4+): The coordinator keys.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
@@ -332,7 +331,7 @@ class FindCoordinatorRequest:
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = (0,)
+    DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
     RESPONSE_TYPE: ClassVar[type[FindCoordinatorResponse]] = FindCoordinatorResponse
 

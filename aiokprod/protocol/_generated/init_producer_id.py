@@ -31,11 +31,13 @@ from aiokprod.protocol.primitives import (
 
 _S_i = struct.Struct('>i')
 _S_ihqh = struct.Struct('>ihqh')
+_S_ihqhqh = struct.Struct('>ihqhqh')
 _S_iqh = struct.Struct('>iqh')
+_S_iqhoo = struct.Struct('>iqh??')
 
 
 class InitProducerIdResponse:
-    """Kafka InitProducerId response (API key 22), versions 0-5.
+    """Kafka InitProducerId response (API key 22), versions 0-6.
 
     Flexible (compact encodings, tagged fields) from version 2.
 
@@ -46,23 +48,32 @@ class InitProducerIdResponse:
         error_code (int16; versions 0+): The error code, or 0 if there was no error.
         producer_id (int64; versions 0+): The current producer id.
         producer_epoch (int16; versions 0+): The current epoch associated with the producer id.
+        ongoing_txn_producer_id (int64; versions 6+): The producer id for ongoing transaction
+            when KeepPreparedTxn is used, -1 if there is no transaction ongoing.
+        ongoing_txn_producer_epoch (int16; versions 6+): The epoch associated with the  producer
+            id for ongoing transaction when KeepPreparedTxn is used, -1 if there is no
+            transaction ongoing.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
     """
 
-    __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'unknown_tagged_fields')
+    __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'ongoing_txn_producer_id', 'ongoing_txn_producer_epoch', 'unknown_tagged_fields')
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 5), (1, 0), None, (1, 0), True),
-        FieldInfo('error_code', 'ErrorCode', 'int16', (0, 5), (1, 0), None, (1, 0), False),
-        FieldInfo('producer_id', 'ProducerId', 'int64', (0, 5), (1, 0), None, (1, 0), False),
-        FieldInfo('producer_epoch', 'ProducerEpoch', 'int16', (0, 5), (1, 0), None, (1, 0), False),
+        FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 6), (1, 0), None, (1, 0), True),
+        FieldInfo('error_code', 'ErrorCode', 'int16', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('producer_id', 'ProducerId', 'int64', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('producer_epoch', 'ProducerEpoch', 'int16', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('ongoing_txn_producer_id', 'OngoingTxnProducerId', 'int64', (6, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('ongoing_txn_producer_epoch', 'OngoingTxnProducerEpoch', 'int16', (6, 6), (1, 0), None, (1, 0), False),
     )
 
     throttle_time_ms: int
     error_code: int
     producer_id: int
     producer_epoch: int
+    ongoing_txn_producer_id: int
+    ongoing_txn_producer_epoch: int
     unknown_tagged_fields: dict[int, bytes]
 
     def __init__(
@@ -72,12 +83,16 @@ class InitProducerIdResponse:
         error_code: int = 0,
         producer_id: int = -1,
         producer_epoch: int = 0,
+        ongoing_txn_producer_id: int = -1,
+        ongoing_txn_producer_epoch: int = -1,
         unknown_tagged_fields: dict[int, bytes] | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
+        self.ongoing_txn_producer_id = ongoing_txn_producer_id
+        self.ongoing_txn_producer_epoch = ongoing_txn_producer_epoch
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
     def __eq__(self, other: object) -> bool:
@@ -88,6 +103,8 @@ class InitProducerIdResponse:
             and self.error_code == other.error_code
             and self.producer_id == other.producer_id
             and self.producer_epoch == other.producer_epoch
+            and self.ongoing_txn_producer_id == other.ongoing_txn_producer_id
+            and self.ongoing_txn_producer_epoch == other.ongoing_txn_producer_epoch
             and self.unknown_tagged_fields == other.unknown_tagged_fields
         )
 
@@ -97,7 +114,9 @@ class InitProducerIdResponse:
             f"throttle_time_ms={self.throttle_time_ms!r}, "
             f"error_code={self.error_code!r}, "
             f"producer_id={self.producer_id!r}, "
-            f"producer_epoch={self.producer_epoch!r}"
+            f"producer_epoch={self.producer_epoch!r}, "
+            f"ongoing_txn_producer_id={self.ongoing_txn_producer_id!r}, "
+            f"ongoing_txn_producer_epoch={self.ongoing_txn_producer_epoch!r}"
         )
         if self.unknown_tagged_fields:
             text += f", unknown_tagged_fields={self.unknown_tagged_fields!r}"
@@ -107,7 +126,7 @@ class InitProducerIdResponse:
     API_KEY: ClassVar[int] = 22
     API_NAME: ClassVar[str] = 'InitProducerId'
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
+    MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
@@ -125,7 +144,7 @@ class InitProducerIdResponse:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 5:
+        if version < 0 or version > 6:
             raise _unsupported_version('InitProducerId', 'InitProducerIdResponse', version)
         try:
             _ENCODERS_InitProducerIdResponse[version](self, out)
@@ -139,7 +158,7 @@ class InitProducerIdResponse:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 5:
+        if version < 0 or version > 6:
             raise _unsupported_version('InitProducerId', 'InitProducerIdResponse', version)
         end = len(data)
         try:
@@ -154,9 +173,10 @@ class InitProducerIdResponse:
 
 
 class InitProducerIdRequest:
-    """Kafka InitProducerId request (API key 22), versions 0-5.
+    """Kafka InitProducerId request (API key 22), versions 0-6.
 
     Flexible (compact encodings, tagged fields) from version 2.
+    The latest version is unstable (latestVersionUnstable).
 
     Fields:
         transactional_id (string; versions 0+, nullable 0+): The transactional id, or null if
@@ -169,23 +189,31 @@ class InitProducerIdRequest:
         producer_epoch (int16; versions 3+): The producer's current epoch. This will be checked
             against the producer epoch on the broker, and the request will return an error if
             they do not match.
+        enable2_pc (bool; versions 6+): True if the client wants to enable two-phase commit
+            (2PC) protocol for transactions.
+        keep_prepared_txn (bool; versions 6+): True if the client wants to keep the currently
+            ongoing transaction instead of aborting it.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
     """
 
-    __slots__ = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch', 'unknown_tagged_fields')
+    __slots__ = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch', 'enable2_pc', 'keep_prepared_txn', 'unknown_tagged_fields')
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo('transactional_id', 'TransactionalId', 'string', (0, 5), (0, 5), None, (1, 0), False),
-        FieldInfo('transaction_timeout_ms', 'TransactionTimeoutMs', 'int32', (0, 5), (1, 0), None, (1, 0), False),
-        FieldInfo('producer_id', 'ProducerId', 'int64', (3, 5), (1, 0), None, (1, 0), False),
-        FieldInfo('producer_epoch', 'ProducerEpoch', 'int16', (3, 5), (1, 0), None, (1, 0), False),
+        FieldInfo('transactional_id', 'TransactionalId', 'string', (0, 6), (0, 6), None, (1, 0), False),
+        FieldInfo('transaction_timeout_ms', 'TransactionTimeoutMs', 'int32', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('producer_id', 'ProducerId', 'int64', (3, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('producer_epoch', 'ProducerEpoch', 'int16', (3, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('enable2_pc', 'Enable2Pc', 'bool', (6, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('keep_prepared_txn', 'KeepPreparedTxn', 'bool', (6, 6), (1, 0), None, (1, 0), False),
     )
 
     transactional_id: str | None
     transaction_timeout_ms: int
     producer_id: int
     producer_epoch: int
+    enable2_pc: bool
+    keep_prepared_txn: bool
     unknown_tagged_fields: dict[int, bytes]
 
     def __init__(
@@ -195,12 +223,16 @@ class InitProducerIdRequest:
         transaction_timeout_ms: int = 0,
         producer_id: int = -1,
         producer_epoch: int = -1,
+        enable2_pc: bool = False,
+        keep_prepared_txn: bool = False,
         unknown_tagged_fields: dict[int, bytes] | None = None,
     ) -> None:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
+        self.enable2_pc = enable2_pc
+        self.keep_prepared_txn = keep_prepared_txn
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
     def __eq__(self, other: object) -> bool:
@@ -211,6 +243,8 @@ class InitProducerIdRequest:
             and self.transaction_timeout_ms == other.transaction_timeout_ms
             and self.producer_id == other.producer_id
             and self.producer_epoch == other.producer_epoch
+            and self.enable2_pc == other.enable2_pc
+            and self.keep_prepared_txn == other.keep_prepared_txn
             and self.unknown_tagged_fields == other.unknown_tagged_fields
         )
 
@@ -220,7 +254,9 @@ class InitProducerIdRequest:
             f"transactional_id={self.transactional_id!r}, "
             f"transaction_timeout_ms={self.transaction_timeout_ms!r}, "
             f"producer_id={self.producer_id!r}, "
-            f"producer_epoch={self.producer_epoch!r}"
+            f"producer_epoch={self.producer_epoch!r}, "
+            f"enable2_pc={self.enable2_pc!r}, "
+            f"keep_prepared_txn={self.keep_prepared_txn!r}"
         )
         if self.unknown_tagged_fields:
             text += f", unknown_tagged_fields={self.unknown_tagged_fields!r}"
@@ -230,10 +266,10 @@ class InitProducerIdRequest:
     API_KEY: ClassVar[int] = 22
     API_NAME: ClassVar[str] = 'InitProducerId'
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
+    MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
-    LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
+    LATEST_VERSION_UNSTABLE: ClassVar[bool] = True
     RESPONSE_TYPE: ClassVar[type[InitProducerIdResponse]] = InitProducerIdResponse
 
     @staticmethod
@@ -249,7 +285,7 @@ class InitProducerIdRequest:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 5:
+        if version < 0 or version > 6:
             raise _unsupported_version('InitProducerId', 'InitProducerIdRequest', version)
         try:
             _ENCODERS_InitProducerIdRequest[version](self, out)
@@ -263,7 +299,7 @@ class InitProducerIdRequest:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 5:
+        if version < 0 or version > 6:
             raise _unsupported_version('InitProducerId', 'InitProducerIdRequest', version)
         end = len(data)
         try:
@@ -279,12 +315,18 @@ class InitProducerIdRequest:
 
 def _enc_InitProducerIdResponse_v0(o: InitProducerIdResponse, out: list[Chunk]) -> None:
     # versions 0-1
+    if o.ongoing_txn_producer_id != -1:
+        raise _field_unsupported('InitProducerIdResponse.ongoing_txn_producer_id', '0-1')
+    if o.ongoing_txn_producer_epoch != -1:
+        raise _field_unsupported('InitProducerIdResponse.ongoing_txn_producer_epoch', '0-1')
     out.append(_S_ihqh.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch))
 
 
 def _dec_InitProducerIdResponse_v0(data: Buf, pos: int, end: int) -> tuple[InitProducerIdResponse, int]:
     # versions 0-1
     o = _new(_C_InitProducerIdResponse)
+    o.ongoing_txn_producer_id = -1
+    o.ongoing_txn_producer_epoch = -1
     if end - pos < 16:
         raise truncated('InitProducerIdResponse.throttle_time_ms..producer_epoch', 16, end - pos)
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S_ihqh.unpack_from(data, pos)
@@ -295,6 +337,10 @@ def _dec_InitProducerIdResponse_v0(data: Buf, pos: int, end: int) -> tuple[InitP
 
 def _enc_InitProducerIdResponse_v2(o: InitProducerIdResponse, out: list[Chunk]) -> None:
     # versions 2-5
+    if o.ongoing_txn_producer_id != -1:
+        raise _field_unsupported('InitProducerIdResponse.ongoing_txn_producer_id', '2-5')
+    if o.ongoing_txn_producer_epoch != -1:
+        raise _field_unsupported('InitProducerIdResponse.ongoing_txn_producer_epoch', '2-5')
     out.append(_S_ihqh.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch))
     if o.unknown_tagged_fields:
         write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'InitProducerIdResponse')
@@ -305,10 +351,32 @@ def _enc_InitProducerIdResponse_v2(o: InitProducerIdResponse, out: list[Chunk]) 
 def _dec_InitProducerIdResponse_v2(data: Buf, pos: int, end: int) -> tuple[InitProducerIdResponse, int]:
     # versions 2-5
     o = _new(_C_InitProducerIdResponse)
+    o.ongoing_txn_producer_id = -1
+    o.ongoing_txn_producer_epoch = -1
     if end - pos < 16:
         raise truncated('InitProducerIdResponse.throttle_time_ms..producer_epoch', 16, end - pos)
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S_ihqh.unpack_from(data, pos)
     pos += 16
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'InitProducerIdResponse tagged fields')
+    return o, pos
+
+
+def _enc_InitProducerIdResponse_v6(o: InitProducerIdResponse, out: list[Chunk]) -> None:
+    # versions 6
+    out.append(_S_ihqhqh.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch, o.ongoing_txn_producer_id, o.ongoing_txn_producer_epoch))
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'InitProducerIdResponse')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_InitProducerIdResponse_v6(data: Buf, pos: int, end: int) -> tuple[InitProducerIdResponse, int]:
+    # versions 6
+    o = _new(_C_InitProducerIdResponse)
+    if end - pos < 26:
+        raise truncated('InitProducerIdResponse.throttle_time_ms..ongoing_txn_producer_epoch', 26, end - pos)
+    o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch, o.ongoing_txn_producer_id, o.ongoing_txn_producer_epoch = _S_ihqhqh.unpack_from(data, pos)
+    pos += 26
     o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'InitProducerIdResponse tagged fields')
     return o, pos
 
@@ -320,6 +388,7 @@ _ENCODERS_InitProducerIdResponse: tuple[Callable[[InitProducerIdResponse, list[C
     _enc_InitProducerIdResponse_v2,
     _enc_InitProducerIdResponse_v2,
     _enc_InitProducerIdResponse_v2,
+    _enc_InitProducerIdResponse_v6,
 )
 _DECODERS_InitProducerIdResponse: tuple[Callable[[Buf, int, int], tuple[InitProducerIdResponse, int]], ...] = (
     _dec_InitProducerIdResponse_v0,
@@ -328,6 +397,7 @@ _DECODERS_InitProducerIdResponse: tuple[Callable[[Buf, int, int], tuple[InitProd
     _dec_InitProducerIdResponse_v2,
     _dec_InitProducerIdResponse_v2,
     _dec_InitProducerIdResponse_v2,
+    _dec_InitProducerIdResponse_v6,
 )
 
 
@@ -337,6 +407,10 @@ def _enc_InitProducerIdRequest_v0(o: InitProducerIdRequest, out: list[Chunk]) ->
         raise _field_unsupported('InitProducerIdRequest.producer_id', '0-1')
     if o.producer_epoch != -1:
         raise _field_unsupported('InitProducerIdRequest.producer_epoch', '0-1')
+    if o.enable2_pc != False:
+        raise _field_unsupported('InitProducerIdRequest.enable2_pc', '0-1')
+    if o.keep_prepared_txn != False:
+        raise _field_unsupported('InitProducerIdRequest.keep_prepared_txn', '0-1')
     out.append(enc_nullable_string(o.transactional_id, 'InitProducerIdRequest.transactional_id'))
     out.append(_S_i.pack(o.transaction_timeout_ms))
 
@@ -346,6 +420,8 @@ def _dec_InitProducerIdRequest_v0(data: Buf, pos: int, end: int) -> tuple[InitPr
     o = _new(_C_InitProducerIdRequest)
     o.producer_id = -1
     o.producer_epoch = -1
+    o.enable2_pc = False
+    o.keep_prepared_txn = False
     o.transactional_id, pos = read_nullable_string(data, pos, end, 'InitProducerIdRequest.transactional_id')
     if end - pos < 4:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms', 4, end - pos)
@@ -361,6 +437,10 @@ def _enc_InitProducerIdRequest_v2(o: InitProducerIdRequest, out: list[Chunk]) ->
         raise _field_unsupported('InitProducerIdRequest.producer_id', '2')
     if o.producer_epoch != -1:
         raise _field_unsupported('InitProducerIdRequest.producer_epoch', '2')
+    if o.enable2_pc != False:
+        raise _field_unsupported('InitProducerIdRequest.enable2_pc', '2')
+    if o.keep_prepared_txn != False:
+        raise _field_unsupported('InitProducerIdRequest.keep_prepared_txn', '2')
     out.append(enc_compact_nullable_string(o.transactional_id, 'InitProducerIdRequest.transactional_id'))
     out.append(_S_i.pack(o.transaction_timeout_ms))
     if o.unknown_tagged_fields:
@@ -374,6 +454,8 @@ def _dec_InitProducerIdRequest_v2(data: Buf, pos: int, end: int) -> tuple[InitPr
     o = _new(_C_InitProducerIdRequest)
     o.producer_id = -1
     o.producer_epoch = -1
+    o.enable2_pc = False
+    o.keep_prepared_txn = False
     o.transactional_id, pos = read_compact_nullable_string(data, pos, end, 'InitProducerIdRequest.transactional_id')
     if end - pos < 4:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms', 4, end - pos)
@@ -385,6 +467,10 @@ def _dec_InitProducerIdRequest_v2(data: Buf, pos: int, end: int) -> tuple[InitPr
 
 def _enc_InitProducerIdRequest_v3(o: InitProducerIdRequest, out: list[Chunk]) -> None:
     # versions 3-5
+    if o.enable2_pc != False:
+        raise _field_unsupported('InitProducerIdRequest.enable2_pc', '3-5')
+    if o.keep_prepared_txn != False:
+        raise _field_unsupported('InitProducerIdRequest.keep_prepared_txn', '3-5')
     out.append(enc_compact_nullable_string(o.transactional_id, 'InitProducerIdRequest.transactional_id'))
     out.append(_S_iqh.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch))
     if o.unknown_tagged_fields:
@@ -396,11 +482,35 @@ def _enc_InitProducerIdRequest_v3(o: InitProducerIdRequest, out: list[Chunk]) ->
 def _dec_InitProducerIdRequest_v3(data: Buf, pos: int, end: int) -> tuple[InitProducerIdRequest, int]:
     # versions 3-5
     o = _new(_C_InitProducerIdRequest)
+    o.enable2_pc = False
+    o.keep_prepared_txn = False
     o.transactional_id, pos = read_compact_nullable_string(data, pos, end, 'InitProducerIdRequest.transactional_id')
     if end - pos < 14:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms..producer_epoch', 14, end - pos)
     o.transaction_timeout_ms, o.producer_id, o.producer_epoch = _S_iqh.unpack_from(data, pos)
     pos += 14
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'InitProducerIdRequest tagged fields')
+    return o, pos
+
+
+def _enc_InitProducerIdRequest_v6(o: InitProducerIdRequest, out: list[Chunk]) -> None:
+    # versions 6
+    out.append(enc_compact_nullable_string(o.transactional_id, 'InitProducerIdRequest.transactional_id'))
+    out.append(_S_iqhoo.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch, o.enable2_pc, o.keep_prepared_txn))
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'InitProducerIdRequest')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_InitProducerIdRequest_v6(data: Buf, pos: int, end: int) -> tuple[InitProducerIdRequest, int]:
+    # versions 6
+    o = _new(_C_InitProducerIdRequest)
+    o.transactional_id, pos = read_compact_nullable_string(data, pos, end, 'InitProducerIdRequest.transactional_id')
+    if end - pos < 16:
+        raise truncated('InitProducerIdRequest.transaction_timeout_ms..keep_prepared_txn', 16, end - pos)
+    o.transaction_timeout_ms, o.producer_id, o.producer_epoch, o.enable2_pc, o.keep_prepared_txn = _S_iqhoo.unpack_from(data, pos)
+    pos += 16
     o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'InitProducerIdRequest tagged fields')
     return o, pos
 
@@ -412,6 +522,7 @@ _ENCODERS_InitProducerIdRequest: tuple[Callable[[InitProducerIdRequest, list[Chu
     _enc_InitProducerIdRequest_v3,
     _enc_InitProducerIdRequest_v3,
     _enc_InitProducerIdRequest_v3,
+    _enc_InitProducerIdRequest_v6,
 )
 _DECODERS_InitProducerIdRequest: tuple[Callable[[Buf, int, int], tuple[InitProducerIdRequest, int]], ...] = (
     _dec_InitProducerIdRequest_v0,
@@ -420,6 +531,7 @@ _DECODERS_InitProducerIdRequest: tuple[Callable[[Buf, int, int], tuple[InitProdu
     _dec_InitProducerIdRequest_v3,
     _dec_InitProducerIdRequest_v3,
     _dec_InitProducerIdRequest_v3,
+    _dec_InitProducerIdRequest_v6,
 )
 
 

@@ -59,7 +59,7 @@ _S_i = struct.Struct('>i')
 
 
 class MetadataResponse:
-    """Kafka Metadata response (API key 3), versions 0-12.
+    """Kafka Metadata response (API key 3), versions 0-13.
 
     Flexible (compact encodings, tagged fields) from version 9.
 
@@ -75,6 +75,8 @@ class MetadataResponse:
         topics ([]MetadataResponseTopic; versions 0+): Each topic in the response.
         cluster_authorized_operations (int32; versions 8-10): 32-bit bitfield to represent
             authorized operations for this cluster.
+        error_code (int16; versions 13+, ignorable): The top-level error code, or 0 if there was
+            no error.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
     """
@@ -95,10 +97,10 @@ class MetadataResponse:
         __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('node_id', 'NodeId', 'int32', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('host', 'Host', 'string', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('port', 'Port', 'int32', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('rack', 'Rack', 'string', (1, 12), (1, 12), None, (1, 0), True),
+            FieldInfo('node_id', 'NodeId', 'int32', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('host', 'Host', 'string', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('port', 'Port', 'int32', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('rack', 'Rack', 'string', (1, 13), (1, 13), None, (1, 0), True),
         )
 
         node_id: int
@@ -168,12 +170,12 @@ class MetadataResponse:
         __slots__ = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('error_code', 'ErrorCode', 'int16', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('name', 'Name', 'string', (0, 12), (12, 12), None, (1, 0), False),
-            FieldInfo('topic_id', 'TopicId', 'uuid', (10, 12), (1, 0), None, (1, 0), True),
-            FieldInfo('is_internal', 'IsInternal', 'bool', (1, 12), (1, 0), None, (1, 0), True),
-            FieldInfo('partitions', 'Partitions', '[]MetadataResponsePartition', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('topic_authorized_operations', 'TopicAuthorizedOperations', 'int32', (8, 12), (1, 0), None, (1, 0), False),
+            FieldInfo('error_code', 'ErrorCode', 'int16', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('name', 'Name', 'string', (0, 13), (12, 13), None, (1, 0), False),
+            FieldInfo('topic_id', 'TopicId', 'uuid', (10, 13), (1, 0), None, (1, 0), True),
+            FieldInfo('is_internal', 'IsInternal', 'bool', (1, 13), (1, 0), None, (1, 0), True),
+            FieldInfo('partitions', 'Partitions', '[]MetadataResponsePartition', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('topic_authorized_operations', 'TopicAuthorizedOperations', 'int32', (8, 13), (1, 0), None, (1, 0), False),
         )
 
         error_code: int
@@ -251,13 +253,13 @@ class MetadataResponse:
         __slots__ = ('error_code', 'partition_index', 'leader_id', 'leader_epoch', 'replica_nodes', 'isr_nodes', 'offline_replicas', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('error_code', 'ErrorCode', 'int16', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('partition_index', 'PartitionIndex', 'int32', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('leader_id', 'LeaderId', 'int32', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('leader_epoch', 'LeaderEpoch', 'int32', (7, 12), (1, 0), None, (1, 0), True),
-            FieldInfo('replica_nodes', 'ReplicaNodes', '[]int32', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('isr_nodes', 'IsrNodes', '[]int32', (0, 12), (1, 0), None, (1, 0), False),
-            FieldInfo('offline_replicas', 'OfflineReplicas', '[]int32', (5, 12), (1, 0), None, (1, 0), True),
+            FieldInfo('error_code', 'ErrorCode', 'int16', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('partition_index', 'PartitionIndex', 'int32', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('leader_id', 'LeaderId', 'int32', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('leader_epoch', 'LeaderEpoch', 'int32', (7, 13), (1, 0), None, (1, 0), True),
+            FieldInfo('replica_nodes', 'ReplicaNodes', '[]int32', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('isr_nodes', 'IsrNodes', '[]int32', (0, 13), (1, 0), None, (1, 0), False),
+            FieldInfo('offline_replicas', 'OfflineReplicas', '[]int32', (5, 13), (1, 0), None, (1, 0), True),
         )
 
         error_code: int
@@ -320,15 +322,16 @@ class MetadataResponse:
             return text + ")"
 
 
-    __slots__ = ('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations', 'unknown_tagged_fields')
+    __slots__ = ('throttle_time_ms', 'brokers', 'cluster_id', 'controller_id', 'topics', 'cluster_authorized_operations', 'error_code', 'unknown_tagged_fields')
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (3, 12), (1, 0), None, (1, 0), True),
-        FieldInfo('brokers', 'Brokers', '[]MetadataResponseBroker', (0, 12), (1, 0), None, (1, 0), False),
-        FieldInfo('cluster_id', 'ClusterId', 'string', (2, 12), (2, 12), None, (1, 0), True),
-        FieldInfo('controller_id', 'ControllerId', 'int32', (1, 12), (1, 0), None, (1, 0), True),
-        FieldInfo('topics', 'Topics', '[]MetadataResponseTopic', (0, 12), (1, 0), None, (1, 0), False),
+        FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (3, 13), (1, 0), None, (1, 0), True),
+        FieldInfo('brokers', 'Brokers', '[]MetadataResponseBroker', (0, 13), (1, 0), None, (1, 0), False),
+        FieldInfo('cluster_id', 'ClusterId', 'string', (2, 13), (2, 13), None, (1, 0), True),
+        FieldInfo('controller_id', 'ControllerId', 'int32', (1, 13), (1, 0), None, (1, 0), True),
+        FieldInfo('topics', 'Topics', '[]MetadataResponseTopic', (0, 13), (1, 0), None, (1, 0), False),
         FieldInfo('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int32', (8, 10), (1, 0), None, (1, 0), False),
+        FieldInfo('error_code', 'ErrorCode', 'int16', (13, 13), (1, 0), None, (1, 0), True),
     )
 
     throttle_time_ms: int
@@ -337,6 +340,7 @@ class MetadataResponse:
     controller_id: int
     topics: list[MetadataResponse.MetadataResponseTopic]
     cluster_authorized_operations: int
+    error_code: int
     unknown_tagged_fields: dict[int, bytes]
 
     def __init__(
@@ -348,6 +352,7 @@ class MetadataResponse:
         controller_id: int = -1,
         topics: list[MetadataResponse.MetadataResponseTopic] | _Missing = MISSING,
         cluster_authorized_operations: int = -2147483648,
+        error_code: int = 0,
         unknown_tagged_fields: dict[int, bytes] | None = None,
     ) -> None:
         self.throttle_time_ms = throttle_time_ms
@@ -356,6 +361,7 @@ class MetadataResponse:
         self.controller_id = controller_id
         self.topics = [] if topics is MISSING else topics
         self.cluster_authorized_operations = cluster_authorized_operations
+        self.error_code = error_code
         self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
     def __eq__(self, other: object) -> bool:
@@ -368,6 +374,7 @@ class MetadataResponse:
             and self.controller_id == other.controller_id
             and self.topics == other.topics
             and self.cluster_authorized_operations == other.cluster_authorized_operations
+            and self.error_code == other.error_code
             and self.unknown_tagged_fields == other.unknown_tagged_fields
         )
 
@@ -379,7 +386,8 @@ class MetadataResponse:
             f"cluster_id={self.cluster_id!r}, "
             f"controller_id={self.controller_id!r}, "
             f"topics={self.topics!r}, "
-            f"cluster_authorized_operations={self.cluster_authorized_operations!r}"
+            f"cluster_authorized_operations={self.cluster_authorized_operations!r}, "
+            f"error_code={self.error_code!r}"
         )
         if self.unknown_tagged_fields:
             text += f", unknown_tagged_fields={self.unknown_tagged_fields!r}"
@@ -389,7 +397,7 @@ class MetadataResponse:
     API_KEY: ClassVar[int] = 3
     API_NAME: ClassVar[str] = 'Metadata'
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
+    MAX_VERSION: ClassVar[int] = 13
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 9
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
@@ -407,7 +415,7 @@ class MetadataResponse:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 12:
+        if version < 0 or version > 13:
             raise _unsupported_version('Metadata', 'MetadataResponse', version)
         try:
             _ENCODERS_MetadataResponse[version](self, out)
@@ -421,7 +429,7 @@ class MetadataResponse:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 12:
+        if version < 0 or version > 13:
             raise _unsupported_version('Metadata', 'MetadataResponse', version)
         end = len(data)
         try:
@@ -436,10 +444,9 @@ class MetadataResponse:
 
 
 class MetadataRequest:
-    """Kafka Metadata request (API key 3), versions 0-12.
+    """Kafka Metadata request (API key 3), versions 0-13.
 
     Flexible (compact encodings, tagged fields) from version 9.
-    Deprecated versions: 0-3.
 
     Fields:
         topics ([]MetadataRequestTopic; versions 0+, nullable 1+): The topics to fetch metadata
@@ -468,8 +475,8 @@ class MetadataRequest:
         __slots__ = ('topic_id', 'name', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('topic_id', 'TopicId', 'uuid', (10, 12), (1, 0), None, (1, 0), True),
-            FieldInfo('name', 'Name', 'string', (0, 12), (10, 12), None, (1, 0), False),
+            FieldInfo('topic_id', 'TopicId', 'uuid', (10, 13), (1, 0), None, (1, 0), True),
+            FieldInfo('name', 'Name', 'string', (0, 13), (10, 13), None, (1, 0), False),
         )
 
         topic_id: uuid.UUID
@@ -510,10 +517,10 @@ class MetadataRequest:
     __slots__ = ('topics', 'allow_auto_topic_creation', 'include_cluster_authorized_operations', 'include_topic_authorized_operations', 'unknown_tagged_fields')
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo('topics', 'Topics', '[]MetadataRequestTopic', (0, 12), (1, 12), None, (1, 0), False),
-        FieldInfo('allow_auto_topic_creation', 'AllowAutoTopicCreation', 'bool', (4, 12), (1, 0), None, (1, 0), False),
+        FieldInfo('topics', 'Topics', '[]MetadataRequestTopic', (0, 13), (1, 13), None, (1, 0), False),
+        FieldInfo('allow_auto_topic_creation', 'AllowAutoTopicCreation', 'bool', (4, 13), (1, 0), None, (1, 0), False),
         FieldInfo('include_cluster_authorized_operations', 'IncludeClusterAuthorizedOperations', 'bool', (8, 10), (1, 0), None, (1, 0), False),
-        FieldInfo('include_topic_authorized_operations', 'IncludeTopicAuthorizedOperations', 'bool', (8, 12), (1, 0), None, (1, 0), False),
+        FieldInfo('include_topic_authorized_operations', 'IncludeTopicAuthorizedOperations', 'bool', (8, 13), (1, 0), None, (1, 0), False),
     )
 
     topics: list[MetadataRequest.MetadataRequestTopic] | None
@@ -564,9 +571,9 @@ class MetadataRequest:
     API_KEY: ClassVar[int] = 3
     API_NAME: ClassVar[str] = 'Metadata'
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
+    MAX_VERSION: ClassVar[int] = 13
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 9
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = (0, 1, 2, 3)
+    DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
     RESPONSE_TYPE: ClassVar[type[MetadataResponse]] = MetadataResponse
 
@@ -583,7 +590,7 @@ class MetadataRequest:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 12:
+        if version < 0 or version > 13:
             raise _unsupported_version('Metadata', 'MetadataRequest', version)
         try:
             _ENCODERS_MetadataRequest[version](self, out)
@@ -597,7 +604,7 @@ class MetadataRequest:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 12:
+        if version < 0 or version > 13:
             raise _unsupported_version('Metadata', 'MetadataRequest', version)
         end = len(data)
         try:
@@ -632,6 +639,7 @@ def _dec_MetadataResponse_v0(data: Buf, pos: int, end: int) -> tuple[MetadataRes
     o.cluster_id = None
     o.controller_id = -1
     o.cluster_authorized_operations = -2147483648
+    o.error_code = 0
     n, pos = read_array_len(data, pos, end, 10, 'MetadataResponse.brokers')
     items_brokers = []
     for _ in range(n):
@@ -669,6 +677,7 @@ def _dec_MetadataResponse_v1(data: Buf, pos: int, end: int) -> tuple[MetadataRes
     o.throttle_time_ms = 0
     o.cluster_id = None
     o.cluster_authorized_operations = -2147483648
+    o.error_code = 0
     n, pos = read_array_len(data, pos, end, 12, 'MetadataResponse.brokers')
     items_brokers = []
     for _ in range(n):
@@ -710,6 +719,7 @@ def _dec_MetadataResponse_v2(data: Buf, pos: int, end: int) -> tuple[MetadataRes
     o = _new(_C_MetadataResponse)
     o.throttle_time_ms = 0
     o.cluster_authorized_operations = -2147483648
+    o.error_code = 0
     n, pos = read_array_len(data, pos, end, 12, 'MetadataResponse.brokers')
     items_brokers = []
     for _ in range(n):
@@ -752,6 +762,7 @@ def _dec_MetadataResponse_v3(data: Buf, pos: int, end: int) -> tuple[MetadataRes
     # versions 3-4
     o = _new(_C_MetadataResponse)
     o.cluster_authorized_operations = -2147483648
+    o.error_code = 0
     if end - pos < 4:
         raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
     o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
@@ -798,6 +809,7 @@ def _dec_MetadataResponse_v5(data: Buf, pos: int, end: int) -> tuple[MetadataRes
     # versions 5-6
     o = _new(_C_MetadataResponse)
     o.cluster_authorized_operations = -2147483648
+    o.error_code = 0
     if end - pos < 4:
         raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
     o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
@@ -844,6 +856,7 @@ def _dec_MetadataResponse_v7(data: Buf, pos: int, end: int) -> tuple[MetadataRes
     # versions 7
     o = _new(_C_MetadataResponse)
     o.cluster_authorized_operations = -2147483648
+    o.error_code = 0
     if end - pos < 4:
         raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
     o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
@@ -888,6 +901,7 @@ def _enc_MetadataResponse_v8(o: MetadataResponse, out: list[Chunk]) -> None:
 def _dec_MetadataResponse_v8(data: Buf, pos: int, end: int) -> tuple[MetadataResponse, int]:
     # versions 8
     o = _new(_C_MetadataResponse)
+    o.error_code = 0
     if end - pos < 4:
         raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
     o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
@@ -940,6 +954,7 @@ def _enc_MetadataResponse_v9(o: MetadataResponse, out: list[Chunk]) -> None:
 def _dec_MetadataResponse_v9(data: Buf, pos: int, end: int) -> tuple[MetadataResponse, int]:
     # versions 9
     o = _new(_C_MetadataResponse)
+    o.error_code = 0
     if end - pos < 4:
         raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
     o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
@@ -992,6 +1007,7 @@ def _enc_MetadataResponse_v10(o: MetadataResponse, out: list[Chunk]) -> None:
 def _dec_MetadataResponse_v10(data: Buf, pos: int, end: int) -> tuple[MetadataResponse, int]:
     # versions 10
     o = _new(_C_MetadataResponse)
+    o.error_code = 0
     if end - pos < 4:
         raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
     o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
@@ -1046,6 +1062,7 @@ def _dec_MetadataResponse_v11(data: Buf, pos: int, end: int) -> tuple[MetadataRe
     # versions 11
     o = _new(_C_MetadataResponse)
     o.cluster_authorized_operations = -2147483648
+    o.error_code = 0
     if end - pos < 4:
         raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
     o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
@@ -1096,6 +1113,7 @@ def _dec_MetadataResponse_v12(data: Buf, pos: int, end: int) -> tuple[MetadataRe
     # versions 12
     o = _new(_C_MetadataResponse)
     o.cluster_authorized_operations = -2147483648
+    o.error_code = 0
     if end - pos < 4:
         raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
     o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
@@ -1117,6 +1135,61 @@ def _dec_MetadataResponse_v12(data: Buf, pos: int, end: int) -> tuple[MetadataRe
         e_topics, pos = _dec_MetadataResponse_MetadataResponseTopic_v12(data, pos, end)
         items_topics.append(e_topics)
     o.topics = items_topics
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'MetadataResponse tagged fields')
+    return o, pos
+
+
+def _enc_MetadataResponse_v13(o: MetadataResponse, out: list[Chunk]) -> None:
+    # versions 13
+    if o.cluster_authorized_operations != -2147483648:
+        raise _field_unsupported('MetadataResponse.cluster_authorized_operations', '13')
+    out.append(_S_i.pack(o.throttle_time_ms))
+    a_brokers = o.brokers
+    out.append(enc_compact_array_len(a_brokers, 'MetadataResponse.brokers'))
+    for e_brokers in a_brokers:
+        _enc_MetadataResponse_MetadataResponseBroker_v9(e_brokers, out)
+    out.append(enc_compact_nullable_string(o.cluster_id, 'MetadataResponse.cluster_id'))
+    out.append(_S_i.pack(o.controller_id))
+    a_topics = o.topics
+    out.append(enc_compact_array_len(a_topics, 'MetadataResponse.topics'))
+    for e_topics in a_topics:
+        _enc_MetadataResponse_MetadataResponseTopic_v12(e_topics, out)
+    out.append(_S_h.pack(o.error_code))
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'MetadataResponse')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_MetadataResponse_v13(data: Buf, pos: int, end: int) -> tuple[MetadataResponse, int]:
+    # versions 13
+    o = _new(_C_MetadataResponse)
+    o.cluster_authorized_operations = -2147483648
+    if end - pos < 4:
+        raise truncated('MetadataResponse.throttle_time_ms', 4, end - pos)
+    o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
+    pos += 4
+    n, pos = read_compact_array_len(data, pos, end, 11, 'MetadataResponse.brokers')
+    items_brokers = []
+    for _ in range(n):
+        e_brokers, pos = _dec_MetadataResponse_MetadataResponseBroker_v9(data, pos, end)
+        items_brokers.append(e_brokers)
+    o.brokers = items_brokers
+    o.cluster_id, pos = read_compact_nullable_string(data, pos, end, 'MetadataResponse.cluster_id')
+    if end - pos < 4:
+        raise truncated('MetadataResponse.controller_id', 4, end - pos)
+    o.controller_id = _S_i.unpack_from(data, pos)[0]
+    pos += 4
+    n, pos = read_compact_array_len(data, pos, end, 26, 'MetadataResponse.topics')
+    items_topics = []
+    for _ in range(n):
+        e_topics, pos = _dec_MetadataResponse_MetadataResponseTopic_v12(data, pos, end)
+        items_topics.append(e_topics)
+    o.topics = items_topics
+    if end - pos < 2:
+        raise truncated('MetadataResponse.error_code', 2, end - pos)
+    o.error_code = _S_h.unpack_from(data, pos)[0]
+    pos += 2
     o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'MetadataResponse tagged fields')
     return o, pos
 
@@ -1171,7 +1244,7 @@ def _dec_MetadataResponse_MetadataResponseBroker_v1(data: Buf, pos: int, end: in
 
 
 def _enc_MetadataResponse_MetadataResponseBroker_v9(o: MetadataResponse.MetadataResponseBroker, out: list[Chunk]) -> None:
-    # versions 9-12
+    # versions 9-13
     out.append(_S_i.pack(o.node_id))
     out.append(enc_compact_string(o.host, 'MetadataResponse.MetadataResponseBroker.host'))
     out.append(_S_i.pack(o.port))
@@ -1183,7 +1256,7 @@ def _enc_MetadataResponse_MetadataResponseBroker_v9(o: MetadataResponse.Metadata
 
 
 def _dec_MetadataResponse_MetadataResponseBroker_v9(data: Buf, pos: int, end: int) -> tuple[MetadataResponse.MetadataResponseBroker, int]:
-    # versions 9-12
+    # versions 9-13
     o = _new(_C_MetadataResponse_MetadataResponseBroker)
     if end - pos < 4:
         raise truncated('MetadataResponse.MetadataResponseBroker.node_id', 4, end - pos)
@@ -1470,7 +1543,7 @@ def _dec_MetadataResponse_MetadataResponseTopic_v10(data: Buf, pos: int, end: in
 
 
 def _enc_MetadataResponse_MetadataResponseTopic_v12(o: MetadataResponse.MetadataResponseTopic, out: list[Chunk]) -> None:
-    # versions 12
+    # versions 12-13
     out.append(_S_h.pack(o.error_code))
     out.append(enc_compact_nullable_string(o.name, 'MetadataResponse.MetadataResponseTopic.name'))
     out.append(enc_uuid(o.topic_id, 'MetadataResponse.MetadataResponseTopic.topic_id'))
@@ -1487,7 +1560,7 @@ def _enc_MetadataResponse_MetadataResponseTopic_v12(o: MetadataResponse.Metadata
 
 
 def _dec_MetadataResponse_MetadataResponseTopic_v12(data: Buf, pos: int, end: int) -> tuple[MetadataResponse.MetadataResponseTopic, int]:
-    # versions 12
+    # versions 12-13
     o = _new(_C_MetadataResponse_MetadataResponseTopic)
     if end - pos < 2:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', 2, end - pos)
@@ -1613,7 +1686,7 @@ def _dec_MetadataResponse_MetadataResponsePartition_v7(data: Buf, pos: int, end:
 
 
 def _enc_MetadataResponse_MetadataResponsePartition_v9(o: MetadataResponse.MetadataResponsePartition, out: list[Chunk]) -> None:
-    # versions 9-12
+    # versions 9-13
     out.append(_S_hiii.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch))
     a_replica_nodes = o.replica_nodes
     out.append(enc_compact_array_len(a_replica_nodes, 'MetadataResponse.MetadataResponsePartition.replica_nodes'))
@@ -1634,7 +1707,7 @@ def _enc_MetadataResponse_MetadataResponsePartition_v9(o: MetadataResponse.Metad
 
 
 def _dec_MetadataResponse_MetadataResponsePartition_v9(data: Buf, pos: int, end: int) -> tuple[MetadataResponse.MetadataResponsePartition, int]:
-    # versions 9-12
+    # versions 9-13
     o = _new(_C_MetadataResponse_MetadataResponsePartition)
     if end - pos < 14:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code..leader_epoch', 14, end - pos)
@@ -1664,6 +1737,7 @@ _ENCODERS_MetadataResponse: tuple[Callable[[MetadataResponse, list[Chunk]], None
     _enc_MetadataResponse_v10,
     _enc_MetadataResponse_v11,
     _enc_MetadataResponse_v12,
+    _enc_MetadataResponse_v13,
 )
 _DECODERS_MetadataResponse: tuple[Callable[[Buf, int, int], tuple[MetadataResponse, int]], ...] = (
     _dec_MetadataResponse_v0,
@@ -1679,6 +1753,7 @@ _DECODERS_MetadataResponse: tuple[Callable[[Buf, int, int], tuple[MetadataRespon
     _dec_MetadataResponse_v10,
     _dec_MetadataResponse_v11,
     _dec_MetadataResponse_v12,
+    _dec_MetadataResponse_v13,
 )
 
 
@@ -1883,9 +1958,9 @@ def _dec_MetadataRequest_v10(data: Buf, pos: int, end: int) -> tuple[MetadataReq
 
 
 def _enc_MetadataRequest_v11(o: MetadataRequest, out: list[Chunk]) -> None:
-    # versions 11-12
+    # versions 11-13
     if o.include_cluster_authorized_operations != False:
-        raise _field_unsupported('MetadataRequest.include_cluster_authorized_operations', '11-12')
+        raise _field_unsupported('MetadataRequest.include_cluster_authorized_operations', '11-13')
     a_topics = o.topics
     out.append(enc_compact_nullable_array_len(a_topics, 'MetadataRequest.topics'))
     if a_topics is not None:
@@ -1899,7 +1974,7 @@ def _enc_MetadataRequest_v11(o: MetadataRequest, out: list[Chunk]) -> None:
 
 
 def _dec_MetadataRequest_v11(data: Buf, pos: int, end: int) -> tuple[MetadataRequest, int]:
-    # versions 11-12
+    # versions 11-13
     o = _new(_C_MetadataRequest)
     o.include_cluster_authorized_operations = False
     n, pos = read_compact_nullable_array_len(data, pos, end, 18, 'MetadataRequest.topics')
@@ -1952,7 +2027,7 @@ def _dec_MetadataRequest_MetadataRequestTopic_v9(data: Buf, pos: int, end: int) 
 
 
 def _enc_MetadataRequest_MetadataRequestTopic_v10(o: MetadataRequest.MetadataRequestTopic, out: list[Chunk]) -> None:
-    # versions 10-12
+    # versions 10-13
     out.append(enc_uuid(o.topic_id, 'MetadataRequest.MetadataRequestTopic.topic_id'))
     out.append(enc_compact_nullable_string(o.name, 'MetadataRequest.MetadataRequestTopic.name'))
     if o.unknown_tagged_fields:
@@ -1962,7 +2037,7 @@ def _enc_MetadataRequest_MetadataRequestTopic_v10(o: MetadataRequest.MetadataReq
 
 
 def _dec_MetadataRequest_MetadataRequestTopic_v10(data: Buf, pos: int, end: int) -> tuple[MetadataRequest.MetadataRequestTopic, int]:
-    # versions 10-12
+    # versions 10-13
     o = _new(_C_MetadataRequest_MetadataRequestTopic)
     o.topic_id, pos = read_uuid(data, pos, end, 'MetadataRequest.MetadataRequestTopic.topic_id')
     o.name, pos = read_compact_nullable_string(data, pos, end, 'MetadataRequest.MetadataRequestTopic.name')
@@ -1984,6 +2059,7 @@ _ENCODERS_MetadataRequest: tuple[Callable[[MetadataRequest, list[Chunk]], None],
     _enc_MetadataRequest_v10,
     _enc_MetadataRequest_v11,
     _enc_MetadataRequest_v11,
+    _enc_MetadataRequest_v11,
 )
 _DECODERS_MetadataRequest: tuple[Callable[[Buf, int, int], tuple[MetadataRequest, int]], ...] = (
     _dec_MetadataRequest_v0,
@@ -1997,6 +2073,7 @@ _DECODERS_MetadataRequest: tuple[Callable[[Buf, int, int], tuple[MetadataRequest
     _dec_MetadataRequest_v8,
     _dec_MetadataRequest_v9,
     _dec_MetadataRequest_v10,
+    _dec_MetadataRequest_v11,
     _dec_MetadataRequest_v11,
     _dec_MetadataRequest_v11,
 )

@@ -13,6 +13,8 @@ from typing import ClassVar
 from aiokprod.errors import ProtocolError
 from aiokprod.protocol._generated._support import (
     _new,
+    _no_decoder,
+    _no_encoder,
     _unsupported_version,
 )
 from aiokprod.protocol.primitives import (
@@ -30,7 +32,7 @@ _S_hhi = struct.Struct('>hhi')
 
 
 class RequestHeader:
-    """Kafka RequestHeader header, versions 0-2.
+    """Kafka RequestHeader header, versions 1-2.
 
     Flexible (compact encodings, tagged fields) from version 2.
 
@@ -38,7 +40,7 @@ class RequestHeader:
         request_api_key (int16; versions 0+): The API key of this request.
         request_api_version (int16; versions 0+): The API version of this request.
         correlation_id (int32; versions 0+): The correlation ID of this request.
-        client_id (string; versions 1+, nullable 1+, ignorable): The client ID string.
+        client_id (string; versions 1+, nullable 1+): The client ID string.
         unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
             bytes by tag and written back, in tag order, on encode.
     """
@@ -49,7 +51,7 @@ class RequestHeader:
         FieldInfo('request_api_key', 'RequestApiKey', 'int16', (0, 2), (1, 0), None, (1, 0), False),
         FieldInfo('request_api_version', 'RequestApiVersion', 'int16', (0, 2), (1, 0), None, (1, 0), False),
         FieldInfo('correlation_id', 'CorrelationId', 'int32', (0, 2), (1, 0), None, (1, 0), False),
-        FieldInfo('client_id', 'ClientId', 'string', (1, 2), (1, 2), None, (1, 0), True),
+        FieldInfo('client_id', 'ClientId', 'string', (1, 2), (1, 2), None, (1, 0), False),
     )
 
     request_api_key: int
@@ -98,7 +100,7 @@ class RequestHeader:
 
 
     API_NAME: ClassVar[str] = 'RequestHeader'
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 2
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
@@ -112,7 +114,7 @@ class RequestHeader:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 2:
+        if version < 1 or version > 2:
             raise _unsupported_version('RequestHeader', 'RequestHeader', version)
         try:
             _ENCODERS_RequestHeader[version](self, out)
@@ -126,7 +128,7 @@ class RequestHeader:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 2:
+        if version < 1 or version > 2:
             raise _unsupported_version('RequestHeader', 'RequestHeader', version)
         end = len(data)
         try:
@@ -138,23 +140,6 @@ class RequestHeader:
         if pos != end and strict:
             raise ProtocolError(f"RequestHeader v{version}: {end - pos} trailing bytes after the body")
         return obj
-
-
-def _enc_RequestHeader_v0(o: RequestHeader, out: list[Chunk]) -> None:
-    # versions 0
-    out.append(_S_hhi.pack(o.request_api_key, o.request_api_version, o.correlation_id))
-
-
-def _dec_RequestHeader_v0(data: Buf, pos: int, end: int) -> tuple[RequestHeader, int]:
-    # versions 0
-    o = _new(_C_RequestHeader)
-    o.client_id = ''
-    if end - pos < 8:
-        raise truncated('RequestHeader.request_api_key..correlation_id', 8, end - pos)
-    o.request_api_key, o.request_api_version, o.correlation_id = _S_hhi.unpack_from(data, pos)
-    pos += 8
-    o.unknown_tagged_fields = {}
-    return o, pos
 
 
 def _enc_RequestHeader_v1(o: RequestHeader, out: list[Chunk]) -> None:
@@ -198,12 +183,12 @@ def _dec_RequestHeader_v2(data: Buf, pos: int, end: int) -> tuple[RequestHeader,
 
 
 _ENCODERS_RequestHeader: tuple[Callable[[RequestHeader, list[Chunk]], None], ...] = (
-    _enc_RequestHeader_v0,
+    _no_encoder,
     _enc_RequestHeader_v1,
     _enc_RequestHeader_v2,
 )
 _DECODERS_RequestHeader: tuple[Callable[[Buf, int, int], tuple[RequestHeader, int]], ...] = (
-    _dec_RequestHeader_v0,
+    _no_decoder,
     _dec_RequestHeader_v1,
     _dec_RequestHeader_v2,
 )

@@ -130,7 +130,6 @@ class SaslHandshakeRequest:
     """Kafka SaslHandshake request (API key 17), versions 0-1.
 
     Never flexible.
-    Deprecated versions: 0.
 
     Fields:
         mechanism (string; versions 0+): The SASL mechanism chosen by the client.
@@ -171,7 +170,7 @@ class SaslHandshakeRequest:
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = None
-    DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = (0,)
+    DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
     RESPONSE_TYPE: ClassVar[type[SaslHandshakeResponse]] = SaslHandshakeResponse
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -21,6 +22,7 @@ from aiokprod.protocol.primitives import (
     Chunk,
     FieldInfo,
     MISSING,
+    ZERO_UUID,
     _Missing,
     enc_array_len,
     enc_compact_array_len,
@@ -28,6 +30,7 @@ from aiokprod.protocol.primitives import (
     enc_compact_string,
     enc_nullable_string,
     enc_string,
+    enc_uuid,
     read_array_len,
     read_compact_array_len,
     read_compact_nullable_string,
@@ -35,6 +38,7 @@ from aiokprod.protocol.primitives import (
     read_nullable_string,
     read_string,
     read_unknown_tags,
+    read_uuid,
     truncated,
     write_tagged_fields,
 )
@@ -48,7 +52,7 @@ _S_qhi = struct.Struct('>qhi')
 
 
 class TxnOffsetCommitResponse:
-    """Kafka TxnOffsetCommit response (API key 28), versions 0-4.
+    """Kafka TxnOffsetCommit response (API key 28), versions 0-6.
 
     Flexible (compact encodings, tagged fields) from version 3.
 
@@ -65,21 +69,24 @@ class TxnOffsetCommitResponse:
         """Struct TxnOffsetCommitResponseTopic of TxnOffsetCommitResponse, versions 0+.
 
         Fields:
-            name (string; versions 0+): The topic name.
+            name (string; versions 0-5, ignorable): The topic name.
+            topic_id (uuid; versions 6+, ignorable): The topic ID.
             partitions ([]TxnOffsetCommitResponsePartition; versions 0+): The responses for each
                 partition in the topic.
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
         """
 
-        __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
+        __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('name', 'Name', 'string', (0, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('partitions', 'Partitions', '[]TxnOffsetCommitResponsePartition', (0, 4), (1, 0), None, (1, 0), False),
+            FieldInfo('name', 'Name', 'string', (0, 5), (1, 0), None, (1, 0), True),
+            FieldInfo('topic_id', 'TopicId', 'uuid', (6, 6), (1, 0), None, (1, 0), True),
+            FieldInfo('partitions', 'Partitions', '[]TxnOffsetCommitResponsePartition', (0, 6), (1, 0), None, (1, 0), False),
         )
 
         name: str
+        topic_id: uuid.UUID
         partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
         unknown_tagged_fields: dict[int, bytes]
 
@@ -87,10 +94,12 @@ class TxnOffsetCommitResponse:
             self,
             *,
             name: str = '',
+            topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] | _Missing = MISSING,
             unknown_tagged_fields: dict[int, bytes] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partitions = [] if partitions is MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
@@ -99,6 +108,7 @@ class TxnOffsetCommitResponse:
                 return NotImplemented
             return (
                 self.name == other.name
+                and self.topic_id == other.topic_id
                 and self.partitions == other.partitions
                 and self.unknown_tagged_fields == other.unknown_tagged_fields
             )
@@ -107,6 +117,7 @@ class TxnOffsetCommitResponse:
             text = (
                 f"TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic("
                 f"name={self.name!r}, "
+                f"topic_id={self.topic_id!r}, "
                 f"partitions={self.partitions!r}"
             )
             if self.unknown_tagged_fields:
@@ -127,8 +138,8 @@ class TxnOffsetCommitResponse:
         __slots__ = ('partition_index', 'error_code', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('partition_index', 'PartitionIndex', 'int32', (0, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('error_code', 'ErrorCode', 'int16', (0, 4), (1, 0), None, (1, 0), False),
+            FieldInfo('partition_index', 'PartitionIndex', 'int32', (0, 6), (1, 0), None, (1, 0), False),
+            FieldInfo('error_code', 'ErrorCode', 'int16', (0, 6), (1, 0), None, (1, 0), False),
         )
 
         partition_index: int
@@ -169,8 +180,8 @@ class TxnOffsetCommitResponse:
     __slots__ = ('throttle_time_ms', 'topics', 'unknown_tagged_fields')
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('topics', 'Topics', '[]TxnOffsetCommitResponseTopic', (0, 4), (1, 0), None, (1, 0), False),
+        FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('topics', 'Topics', '[]TxnOffsetCommitResponseTopic', (0, 6), (1, 0), None, (1, 0), False),
     )
 
     throttle_time_ms: int
@@ -211,7 +222,7 @@ class TxnOffsetCommitResponse:
     API_KEY: ClassVar[int] = 28
     API_NAME: ClassVar[str] = 'TxnOffsetCommit'
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
@@ -229,7 +240,7 @@ class TxnOffsetCommitResponse:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 4:
+        if version < 0 or version > 6:
             raise _unsupported_version('TxnOffsetCommit', 'TxnOffsetCommitResponse', version)
         try:
             _ENCODERS_TxnOffsetCommitResponse[version](self, out)
@@ -243,7 +254,7 @@ class TxnOffsetCommitResponse:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 4:
+        if version < 0 or version > 6:
             raise _unsupported_version('TxnOffsetCommit', 'TxnOffsetCommitResponse', version)
         end = len(data)
         try:
@@ -258,7 +269,7 @@ class TxnOffsetCommitResponse:
 
 
 class TxnOffsetCommitRequest:
-    """Kafka TxnOffsetCommit request (API key 28), versions 0-4.
+    """Kafka TxnOffsetCommit request (API key 28), versions 0-6.
 
     Flexible (compact encodings, tagged fields) from version 3.
 
@@ -268,7 +279,8 @@ class TxnOffsetCommitRequest:
         producer_id (int64; versions 0+): The current producer ID in use by the transactional
             ID.
         producer_epoch (int16; versions 0+): The current epoch associated with the producer ID.
-        generation_id (int32; versions 3+): The generation of the consumer.
+        generation_id_or_member_epoch (int32; versions 3+): The generation of the group if using
+            the classic group protocol or the member epoch if using the consumer protocol.
         member_id (string; versions 3+): The member ID assigned by the group coordinator.
         group_instance_id (string; versions 3+, nullable 3+): The unique identifier of the
             consumer instance provided by end user.
@@ -282,21 +294,24 @@ class TxnOffsetCommitRequest:
         """Struct TxnOffsetCommitRequestTopic of TxnOffsetCommitRequest, versions 0+.
 
         Fields:
-            name (string; versions 0+): The topic name.
+            name (string; versions 0-5, ignorable): The topic name.
+            topic_id (uuid; versions 6+, ignorable): The topic ID.
             partitions ([]TxnOffsetCommitRequestPartition; versions 0+): The partitions inside the
                 topic that we want to commit offsets for.
             unknown_tagged_fields: tagged fields unknown to this spec, kept as raw
                 bytes by tag and written back, in tag order, on encode.
         """
 
-        __slots__ = ('name', 'partitions', 'unknown_tagged_fields')
+        __slots__ = ('name', 'topic_id', 'partitions', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('name', 'Name', 'string', (0, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('partitions', 'Partitions', '[]TxnOffsetCommitRequestPartition', (0, 4), (1, 0), None, (1, 0), False),
+            FieldInfo('name', 'Name', 'string', (0, 5), (1, 0), None, (1, 0), True),
+            FieldInfo('topic_id', 'TopicId', 'uuid', (6, 6), (1, 0), None, (1, 0), True),
+            FieldInfo('partitions', 'Partitions', '[]TxnOffsetCommitRequestPartition', (0, 6), (1, 0), None, (1, 0), False),
         )
 
         name: str
+        topic_id: uuid.UUID
         partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
         unknown_tagged_fields: dict[int, bytes]
 
@@ -304,10 +319,12 @@ class TxnOffsetCommitRequest:
             self,
             *,
             name: str = '',
+            topic_id: uuid.UUID = ZERO_UUID,
             partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] | _Missing = MISSING,
             unknown_tagged_fields: dict[int, bytes] | None = None,
         ) -> None:
             self.name = name
+            self.topic_id = topic_id
             self.partitions = [] if partitions is MISSING else partitions
             self.unknown_tagged_fields = {} if unknown_tagged_fields is None else unknown_tagged_fields
 
@@ -316,6 +333,7 @@ class TxnOffsetCommitRequest:
                 return NotImplemented
             return (
                 self.name == other.name
+                and self.topic_id == other.topic_id
                 and self.partitions == other.partitions
                 and self.unknown_tagged_fields == other.unknown_tagged_fields
             )
@@ -324,6 +342,7 @@ class TxnOffsetCommitRequest:
             text = (
                 f"TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic("
                 f"name={self.name!r}, "
+                f"topic_id={self.topic_id!r}, "
                 f"partitions={self.partitions!r}"
             )
             if self.unknown_tagged_fields:
@@ -348,10 +367,10 @@ class TxnOffsetCommitRequest:
         __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'committed_metadata', 'unknown_tagged_fields')
 
         FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-            FieldInfo('partition_index', 'PartitionIndex', 'int32', (0, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('committed_offset', 'CommittedOffset', 'int64', (0, 4), (1, 0), None, (1, 0), False),
-            FieldInfo('committed_leader_epoch', 'CommittedLeaderEpoch', 'int32', (2, 4), (1, 0), None, (1, 0), True),
-            FieldInfo('committed_metadata', 'CommittedMetadata', 'string', (0, 4), (0, 4), None, (1, 0), False),
+            FieldInfo('partition_index', 'PartitionIndex', 'int32', (0, 6), (1, 0), None, (1, 0), False),
+            FieldInfo('committed_offset', 'CommittedOffset', 'int64', (0, 6), (1, 0), None, (1, 0), False),
+            FieldInfo('committed_leader_epoch', 'CommittedLeaderEpoch', 'int32', (2, 6), (1, 0), None, (1, 0), True),
+            FieldInfo('committed_metadata', 'CommittedMetadata', 'string', (0, 6), (0, 6), None, (1, 0), False),
         )
 
         partition_index: int
@@ -399,24 +418,24 @@ class TxnOffsetCommitRequest:
             return text + ")"
 
 
-    __slots__ = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id', 'member_id', 'group_instance_id', 'topics', 'unknown_tagged_fields')
+    __slots__ = ('transactional_id', 'group_id', 'producer_id', 'producer_epoch', 'generation_id_or_member_epoch', 'member_id', 'group_instance_id', 'topics', 'unknown_tagged_fields')
 
     FIELDS: ClassVar[tuple[FieldInfo, ...]] = (
-        FieldInfo('transactional_id', 'TransactionalId', 'string', (0, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('group_id', 'GroupId', 'string', (0, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('producer_id', 'ProducerId', 'int64', (0, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('producer_epoch', 'ProducerEpoch', 'int16', (0, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('generation_id', 'GenerationId', 'int32', (3, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('member_id', 'MemberId', 'string', (3, 4), (1, 0), None, (1, 0), False),
-        FieldInfo('group_instance_id', 'GroupInstanceId', 'string', (3, 4), (3, 4), None, (1, 0), False),
-        FieldInfo('topics', 'Topics', '[]TxnOffsetCommitRequestTopic', (0, 4), (1, 0), None, (1, 0), False),
+        FieldInfo('transactional_id', 'TransactionalId', 'string', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('group_id', 'GroupId', 'string', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('producer_id', 'ProducerId', 'int64', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('producer_epoch', 'ProducerEpoch', 'int16', (0, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('generation_id_or_member_epoch', 'GenerationIdOrMemberEpoch', 'int32', (3, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('member_id', 'MemberId', 'string', (3, 6), (1, 0), None, (1, 0), False),
+        FieldInfo('group_instance_id', 'GroupInstanceId', 'string', (3, 6), (3, 6), None, (1, 0), False),
+        FieldInfo('topics', 'Topics', '[]TxnOffsetCommitRequestTopic', (0, 6), (1, 0), None, (1, 0), False),
     )
 
     transactional_id: str
     group_id: str
     producer_id: int
     producer_epoch: int
-    generation_id: int
+    generation_id_or_member_epoch: int
     member_id: str
     group_instance_id: str | None
     topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]
@@ -429,7 +448,7 @@ class TxnOffsetCommitRequest:
         group_id: str = '',
         producer_id: int = 0,
         producer_epoch: int = 0,
-        generation_id: int = -1,
+        generation_id_or_member_epoch: int = -1,
         member_id: str = '',
         group_instance_id: str | None = None,
         topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] | _Missing = MISSING,
@@ -439,7 +458,7 @@ class TxnOffsetCommitRequest:
         self.group_id = group_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
-        self.generation_id = generation_id
+        self.generation_id_or_member_epoch = generation_id_or_member_epoch
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.topics = [] if topics is MISSING else topics
@@ -453,7 +472,7 @@ class TxnOffsetCommitRequest:
             and self.group_id == other.group_id
             and self.producer_id == other.producer_id
             and self.producer_epoch == other.producer_epoch
-            and self.generation_id == other.generation_id
+            and self.generation_id_or_member_epoch == other.generation_id_or_member_epoch
             and self.member_id == other.member_id
             and self.group_instance_id == other.group_instance_id
             and self.topics == other.topics
@@ -467,7 +486,7 @@ class TxnOffsetCommitRequest:
             f"group_id={self.group_id!r}, "
             f"producer_id={self.producer_id!r}, "
             f"producer_epoch={self.producer_epoch!r}, "
-            f"generation_id={self.generation_id!r}, "
+            f"generation_id_or_member_epoch={self.generation_id_or_member_epoch!r}, "
             f"member_id={self.member_id!r}, "
             f"group_instance_id={self.group_instance_id!r}, "
             f"topics={self.topics!r}"
@@ -480,7 +499,7 @@ class TxnOffsetCommitRequest:
     API_KEY: ClassVar[int] = 28
     API_NAME: ClassVar[str] = 'TxnOffsetCommit'
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 6
     FIRST_FLEXIBLE_VERSION: ClassVar[int | None] = 3
     DEPRECATED_VERSIONS: ClassVar[tuple[int, ...]] = ()
     LATEST_VERSION_UNSTABLE: ClassVar[bool] = False
@@ -499,7 +518,7 @@ class TxnOffsetCommitRequest:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks to ``out`` (records are appended, not copied)."""
-        if version < 0 or version > 4:
+        if version < 0 or version > 6:
             raise _unsupported_version('TxnOffsetCommit', 'TxnOffsetCommitRequest', version)
         try:
             _ENCODERS_TxnOffsetCommitRequest[version](self, out)
@@ -513,7 +532,7 @@ class TxnOffsetCommitRequest:
         Trailing bytes raise too unless ``strict`` is false: a client reading a broker's
         response tolerates them (as the Java client and librdkafka do), tests do not.
         """
-        if version < 0 or version > 4:
+        if version < 0 or version > 6:
             raise _unsupported_version('TxnOffsetCommit', 'TxnOffsetCommitRequest', version)
         end = len(data)
         try:
@@ -554,7 +573,7 @@ def _dec_TxnOffsetCommitResponse_v0(data: Buf, pos: int, end: int) -> tuple[TxnO
 
 
 def _enc_TxnOffsetCommitResponse_v3(o: TxnOffsetCommitResponse, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-5
     out.append(_S_i.pack(o.throttle_time_ms))
     a_topics = o.topics
     out.append(enc_compact_array_len(a_topics, 'TxnOffsetCommitResponse.topics'))
@@ -567,7 +586,7 @@ def _enc_TxnOffsetCommitResponse_v3(o: TxnOffsetCommitResponse, out: list[Chunk]
 
 
 def _dec_TxnOffsetCommitResponse_v3(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitResponse, int]:
-    # versions 3-4
+    # versions 3-5
     o = _new(_C_TxnOffsetCommitResponse)
     if end - pos < 4:
         raise truncated('TxnOffsetCommitResponse.throttle_time_ms', 4, end - pos)
@@ -577,6 +596,36 @@ def _dec_TxnOffsetCommitResponse_v3(data: Buf, pos: int, end: int) -> tuple[TxnO
     items_topics = []
     for _ in range(n):
         e_topics, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(data, pos, end)
+        items_topics.append(e_topics)
+    o.topics = items_topics
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'TxnOffsetCommitResponse tagged fields')
+    return o, pos
+
+
+def _enc_TxnOffsetCommitResponse_v6(o: TxnOffsetCommitResponse, out: list[Chunk]) -> None:
+    # versions 6
+    out.append(_S_i.pack(o.throttle_time_ms))
+    a_topics = o.topics
+    out.append(enc_compact_array_len(a_topics, 'TxnOffsetCommitResponse.topics'))
+    for e_topics in a_topics:
+        _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(e_topics, out)
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'TxnOffsetCommitResponse')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_TxnOffsetCommitResponse_v6(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitResponse, int]:
+    # versions 6
+    o = _new(_C_TxnOffsetCommitResponse)
+    if end - pos < 4:
+        raise truncated('TxnOffsetCommitResponse.throttle_time_ms', 4, end - pos)
+    o.throttle_time_ms = _S_i.unpack_from(data, pos)[0]
+    pos += 4
+    n, pos = read_compact_array_len(data, pos, end, 18, 'TxnOffsetCommitResponse.topics')
+    items_topics = []
+    for _ in range(n):
+        e_topics, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(data, pos, end)
         items_topics.append(e_topics)
     o.topics = items_topics
     o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'TxnOffsetCommitResponse tagged fields')
@@ -595,6 +644,7 @@ def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(o: TxnOffsetCom
 def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic, int]:
     # versions 0-2
     o = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+    o.topic_id = ZERO_UUID
     o.name, pos = read_string(data, pos, end, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name')
     n, pos = read_array_len(data, pos, end, 6, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions')
     items_partitions = []
@@ -607,7 +657,7 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(data: Buf, pos:
 
 
 def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(o: TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-5
     out.append(enc_compact_string(o.name, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name'))
     a_partitions = o.partitions
     out.append(enc_compact_array_len(a_partitions, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions'))
@@ -620,9 +670,38 @@ def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(o: TxnOffsetCom
 
 
 def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic, int]:
-    # versions 3-4
+    # versions 3-5
     o = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+    o.topic_id = ZERO_UUID
     o.name, pos = read_compact_string(data, pos, end, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name')
+    n, pos = read_compact_array_len(data, pos, end, 7, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions')
+    items_partitions = []
+    for _ in range(n):
+        e_partitions, pos = _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(data, pos, end)
+        items_partitions.append(e_partitions)
+    o.partitions = items_partitions
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic tagged fields')
+    return o, pos
+
+
+def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(o: TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic, out: list[Chunk]) -> None:
+    # versions 6
+    out.append(enc_uuid(o.topic_id, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.topic_id'))
+    a_partitions = o.partitions
+    out.append(enc_compact_array_len(a_partitions, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions'))
+    for e_partitions in a_partitions:
+        _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(e_partitions, out)
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v6(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic, int]:
+    # versions 6
+    o = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+    o.name = ''
+    o.topic_id, pos = read_uuid(data, pos, end, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.topic_id')
     n, pos = read_compact_array_len(data, pos, end, 7, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions')
     items_partitions = []
     for _ in range(n):
@@ -650,7 +729,7 @@ def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v0(data: Buf, 
 
 
 def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(o: TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-6
     out.append(_S_ih.pack(o.partition_index, o.error_code))
     if o.unknown_tagged_fields:
         write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition')
@@ -659,7 +738,7 @@ def _enc_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(o: TxnOffse
 
 
 def _dec_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v3(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition, int]:
-    # versions 3-4
+    # versions 3-6
     o = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition)
     if end - pos < 6:
         raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index..error_code', 6, end - pos)
@@ -675,6 +754,8 @@ _ENCODERS_TxnOffsetCommitResponse: tuple[Callable[[TxnOffsetCommitResponse, list
     _enc_TxnOffsetCommitResponse_v0,
     _enc_TxnOffsetCommitResponse_v3,
     _enc_TxnOffsetCommitResponse_v3,
+    _enc_TxnOffsetCommitResponse_v3,
+    _enc_TxnOffsetCommitResponse_v6,
 )
 _DECODERS_TxnOffsetCommitResponse: tuple[Callable[[Buf, int, int], tuple[TxnOffsetCommitResponse, int]], ...] = (
     _dec_TxnOffsetCommitResponse_v0,
@@ -682,13 +763,15 @@ _DECODERS_TxnOffsetCommitResponse: tuple[Callable[[Buf, int, int], tuple[TxnOffs
     _dec_TxnOffsetCommitResponse_v0,
     _dec_TxnOffsetCommitResponse_v3,
     _dec_TxnOffsetCommitResponse_v3,
+    _dec_TxnOffsetCommitResponse_v3,
+    _dec_TxnOffsetCommitResponse_v6,
 )
 
 
 def _enc_TxnOffsetCommitRequest_v0(o: TxnOffsetCommitRequest, out: list[Chunk]) -> None:
     # versions 0-1
-    if o.generation_id != -1:
-        raise _field_unsupported('TxnOffsetCommitRequest.generation_id', '0-1')
+    if o.generation_id_or_member_epoch != -1:
+        raise _field_unsupported('TxnOffsetCommitRequest.generation_id_or_member_epoch', '0-1')
     if o.member_id != '':
         raise _field_unsupported('TxnOffsetCommitRequest.member_id', '0-1')
     if o.group_instance_id is not None:
@@ -705,7 +788,7 @@ def _enc_TxnOffsetCommitRequest_v0(o: TxnOffsetCommitRequest, out: list[Chunk]) 
 def _dec_TxnOffsetCommitRequest_v0(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest, int]:
     # versions 0-1
     o = _new(_C_TxnOffsetCommitRequest)
-    o.generation_id = -1
+    o.generation_id_or_member_epoch = -1
     o.member_id = ''
     o.group_instance_id = None
     o.transactional_id, pos = read_string(data, pos, end, 'TxnOffsetCommitRequest.transactional_id')
@@ -726,8 +809,8 @@ def _dec_TxnOffsetCommitRequest_v0(data: Buf, pos: int, end: int) -> tuple[TxnOf
 
 def _enc_TxnOffsetCommitRequest_v2(o: TxnOffsetCommitRequest, out: list[Chunk]) -> None:
     # versions 2
-    if o.generation_id != -1:
-        raise _field_unsupported('TxnOffsetCommitRequest.generation_id', '2')
+    if o.generation_id_or_member_epoch != -1:
+        raise _field_unsupported('TxnOffsetCommitRequest.generation_id_or_member_epoch', '2')
     if o.member_id != '':
         raise _field_unsupported('TxnOffsetCommitRequest.member_id', '2')
     if o.group_instance_id is not None:
@@ -744,7 +827,7 @@ def _enc_TxnOffsetCommitRequest_v2(o: TxnOffsetCommitRequest, out: list[Chunk]) 
 def _dec_TxnOffsetCommitRequest_v2(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest, int]:
     # versions 2
     o = _new(_C_TxnOffsetCommitRequest)
-    o.generation_id = -1
+    o.generation_id_or_member_epoch = -1
     o.member_id = ''
     o.group_instance_id = None
     o.transactional_id, pos = read_string(data, pos, end, 'TxnOffsetCommitRequest.transactional_id')
@@ -764,10 +847,10 @@ def _dec_TxnOffsetCommitRequest_v2(data: Buf, pos: int, end: int) -> tuple[TxnOf
 
 
 def _enc_TxnOffsetCommitRequest_v3(o: TxnOffsetCommitRequest, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-5
     out.append(enc_compact_string(o.transactional_id, 'TxnOffsetCommitRequest.transactional_id'))
     out.append(enc_compact_string(o.group_id, 'TxnOffsetCommitRequest.group_id'))
-    out.append(_S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id))
+    out.append(_S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id_or_member_epoch))
     out.append(enc_compact_string(o.member_id, 'TxnOffsetCommitRequest.member_id'))
     out.append(enc_compact_nullable_string(o.group_instance_id, 'TxnOffsetCommitRequest.group_instance_id'))
     a_topics = o.topics
@@ -781,13 +864,13 @@ def _enc_TxnOffsetCommitRequest_v3(o: TxnOffsetCommitRequest, out: list[Chunk]) 
 
 
 def _dec_TxnOffsetCommitRequest_v3(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest, int]:
-    # versions 3-4
+    # versions 3-5
     o = _new(_C_TxnOffsetCommitRequest)
     o.transactional_id, pos = read_compact_string(data, pos, end, 'TxnOffsetCommitRequest.transactional_id')
     o.group_id, pos = read_compact_string(data, pos, end, 'TxnOffsetCommitRequest.group_id')
     if end - pos < 14:
-        raise truncated('TxnOffsetCommitRequest.producer_id..generation_id', 14, end - pos)
-    o.producer_id, o.producer_epoch, o.generation_id = _S_qhi.unpack_from(data, pos)
+        raise truncated('TxnOffsetCommitRequest.producer_id..generation_id_or_member_epoch', 14, end - pos)
+    o.producer_id, o.producer_epoch, o.generation_id_or_member_epoch = _S_qhi.unpack_from(data, pos)
     pos += 14
     o.member_id, pos = read_compact_string(data, pos, end, 'TxnOffsetCommitRequest.member_id')
     o.group_instance_id, pos = read_compact_nullable_string(data, pos, end, 'TxnOffsetCommitRequest.group_instance_id')
@@ -795,6 +878,44 @@ def _dec_TxnOffsetCommitRequest_v3(data: Buf, pos: int, end: int) -> tuple[TxnOf
     items_topics = []
     for _ in range(n):
         e_topics, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(data, pos, end)
+        items_topics.append(e_topics)
+    o.topics = items_topics
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'TxnOffsetCommitRequest tagged fields')
+    return o, pos
+
+
+def _enc_TxnOffsetCommitRequest_v6(o: TxnOffsetCommitRequest, out: list[Chunk]) -> None:
+    # versions 6
+    out.append(enc_compact_string(o.transactional_id, 'TxnOffsetCommitRequest.transactional_id'))
+    out.append(enc_compact_string(o.group_id, 'TxnOffsetCommitRequest.group_id'))
+    out.append(_S_qhi.pack(o.producer_id, o.producer_epoch, o.generation_id_or_member_epoch))
+    out.append(enc_compact_string(o.member_id, 'TxnOffsetCommitRequest.member_id'))
+    out.append(enc_compact_nullable_string(o.group_instance_id, 'TxnOffsetCommitRequest.group_instance_id'))
+    a_topics = o.topics
+    out.append(enc_compact_array_len(a_topics, 'TxnOffsetCommitRequest.topics'))
+    for e_topics in a_topics:
+        _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(e_topics, out)
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'TxnOffsetCommitRequest')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_TxnOffsetCommitRequest_v6(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest, int]:
+    # versions 6
+    o = _new(_C_TxnOffsetCommitRequest)
+    o.transactional_id, pos = read_compact_string(data, pos, end, 'TxnOffsetCommitRequest.transactional_id')
+    o.group_id, pos = read_compact_string(data, pos, end, 'TxnOffsetCommitRequest.group_id')
+    if end - pos < 14:
+        raise truncated('TxnOffsetCommitRequest.producer_id..generation_id_or_member_epoch', 14, end - pos)
+    o.producer_id, o.producer_epoch, o.generation_id_or_member_epoch = _S_qhi.unpack_from(data, pos)
+    pos += 14
+    o.member_id, pos = read_compact_string(data, pos, end, 'TxnOffsetCommitRequest.member_id')
+    o.group_instance_id, pos = read_compact_nullable_string(data, pos, end, 'TxnOffsetCommitRequest.group_instance_id')
+    n, pos = read_compact_array_len(data, pos, end, 18, 'TxnOffsetCommitRequest.topics')
+    items_topics = []
+    for _ in range(n):
+        e_topics, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(data, pos, end)
         items_topics.append(e_topics)
     o.topics = items_topics
     o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'TxnOffsetCommitRequest tagged fields')
@@ -813,6 +934,7 @@ def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(o: TxnOffsetCommi
 def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic, int]:
     # versions 0-1
     o = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+    o.topic_id = ZERO_UUID
     o.name, pos = read_string(data, pos, end, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
     n, pos = read_array_len(data, pos, end, 14, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions')
     items_partitions = []
@@ -836,6 +958,7 @@ def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(o: TxnOffsetCommi
 def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic, int]:
     # versions 2
     o = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+    o.topic_id = ZERO_UUID
     o.name, pos = read_string(data, pos, end, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
     n, pos = read_array_len(data, pos, end, 18, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions')
     items_partitions = []
@@ -848,7 +971,7 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(data: Buf, pos: i
 
 
 def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(o: TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-5
     out.append(enc_compact_string(o.name, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name'))
     a_partitions = o.partitions
     out.append(enc_compact_array_len(a_partitions, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions'))
@@ -861,9 +984,38 @@ def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(o: TxnOffsetCommi
 
 
 def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic, int]:
-    # versions 3-4
+    # versions 3-5
     o = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+    o.topic_id = ZERO_UUID
     o.name, pos = read_compact_string(data, pos, end, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
+    n, pos = read_compact_array_len(data, pos, end, 18, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions')
+    items_partitions = []
+    for _ in range(n):
+        e_partitions, pos = _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(data, pos, end)
+        items_partitions.append(e_partitions)
+    o.partitions = items_partitions
+    o.unknown_tagged_fields, pos = read_unknown_tags(data, pos, end, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic tagged fields')
+    return o, pos
+
+
+def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(o: TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic, out: list[Chunk]) -> None:
+    # versions 6
+    out.append(enc_uuid(o.topic_id, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.topic_id'))
+    a_partitions = o.partitions
+    out.append(enc_compact_array_len(a_partitions, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions'))
+    for e_partitions in a_partitions:
+        _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(e_partitions, out)
+    if o.unknown_tagged_fields:
+        write_tagged_fields(out, [], o.unknown_tagged_fields, frozenset(), 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic')
+    else:
+        out.append(b"\x00")
+
+
+def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v6(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic, int]:
+    # versions 6
+    o = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+    o.name = ''
+    o.topic_id, pos = read_uuid(data, pos, end, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.topic_id')
     n, pos = read_compact_array_len(data, pos, end, 18, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions')
     items_partitions = []
     for _ in range(n):
@@ -912,7 +1064,7 @@ def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2(data: Buf, po
 
 
 def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(o: TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition, out: list[Chunk]) -> None:
-    # versions 3-4
+    # versions 3-6
     out.append(_S_iqi.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch))
     out.append(enc_compact_nullable_string(o.committed_metadata, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata'))
     if o.unknown_tagged_fields:
@@ -922,7 +1074,7 @@ def _enc_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(o: TxnOffsetC
 
 
 def _dec_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v3(data: Buf, pos: int, end: int) -> tuple[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition, int]:
-    # versions 3-4
+    # versions 3-6
     o = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition)
     if end - pos < 16:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index..committed_leader_epoch', 16, end - pos)
@@ -939,6 +1091,8 @@ _ENCODERS_TxnOffsetCommitRequest: tuple[Callable[[TxnOffsetCommitRequest, list[C
     _enc_TxnOffsetCommitRequest_v2,
     _enc_TxnOffsetCommitRequest_v3,
     _enc_TxnOffsetCommitRequest_v3,
+    _enc_TxnOffsetCommitRequest_v3,
+    _enc_TxnOffsetCommitRequest_v6,
 )
 _DECODERS_TxnOffsetCommitRequest: tuple[Callable[[Buf, int, int], tuple[TxnOffsetCommitRequest, int]], ...] = (
     _dec_TxnOffsetCommitRequest_v0,
@@ -946,6 +1100,8 @@ _DECODERS_TxnOffsetCommitRequest: tuple[Callable[[Buf, int, int], tuple[TxnOffse
     _dec_TxnOffsetCommitRequest_v2,
     _dec_TxnOffsetCommitRequest_v3,
     _dec_TxnOffsetCommitRequest_v3,
+    _dec_TxnOffsetCommitRequest_v3,
+    _dec_TxnOffsetCommitRequest_v6,
 )
 
 
