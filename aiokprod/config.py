@@ -26,6 +26,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import itertools
+import ssl
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
@@ -255,7 +256,7 @@ class ProducerConfig:
     # PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (docs/security.md).
     security_protocol: SecurityProtocol
     # A TLS context the caller built; excludes the ssl_*file options.
-    ssl_context: Any
+    ssl_context: ssl.SSLContext | None
     # PEM file of CAs to trust; None uses the system trust store.
     ssl_cafile: str | None
     # PEM client certificate (mutual TLS), with its key in ssl_keyfile (or in the same file).
@@ -329,7 +330,7 @@ class ProducerConfig:
         send_buffer_bytes: int = 131072,
         receive_buffer_bytes: int = 32768,
         security_protocol: SecurityProtocol = "PLAINTEXT",
-        ssl_context: Any = None,
+        ssl_context: ssl.SSLContext | None = None,
         ssl_cafile: str | None = None,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,

@@ -24,6 +24,7 @@ takes it as its first (positional or keyword) parameter, which PEP 692 does not 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypedDict
 
@@ -116,5 +117,5 @@ class ProducerSettings(PlainSettings, total=False):
     key_serializer: Serializer | None
     value_serializer: Serializer | None
     interceptors: Sequence[ProducerInterceptor]
-    ssl_context: Any
+    ssl_context: ssl.SSLContext | None
     sasl_oauth_token_provider: Callable[..., Any] | None
