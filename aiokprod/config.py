@@ -38,6 +38,8 @@ from aiokprod.settings import (
     CompressionCodec,
     DnsLookup,
     EndpointIdentification,
+    OAuthAssertionAlgorithm,
+    OAuthGrantType,
     RecordingLevel,
     SaslMechanism,
     SecurityProtocol,
@@ -51,11 +53,36 @@ COMPRESSION_TYPES: tuple[str, ...] = get_args(CompressionCodec)
 _SECURITY_PROTOCOLS: tuple[str, ...] = get_args(SecurityProtocol)
 SASL_MECHANISMS: tuple[str, ...] = get_args(SaslMechanism)
 # Settings whose values are secrets: never in repr(), logs or to_java_names().
-_SECRETS = ("sasl_password", "ssl_password")
+_SECRETS = ("sasl_password", "ssl_password", "sasl_oauthbearer_client_credentials_client_secret",
+            "sasl_oauthbearer_assertion_private_key_passphrase")
 # Other clients' names for our settings (confluent-kafka / librdkafka), read by from_mapping.
 _ALIASES = {"sasl.mechanisms": "sasl_mechanism"}
 _RECORDING_LEVELS: tuple[str, ...] = get_args(RecordingLevel)
 _DNS_LOOKUPS: tuple[str, ...] = get_args(DnsLookup)
+_GRANT_TYPES: tuple[str, ...] = get_args(OAuthGrantType)
+_ASSERTION_ALGORITHMS: tuple[str, ...] = get_args(OAuthAssertionAlgorithm)
+# Java's sasl.oauthbearer.jwt.retriever.class values, read by from_mapping as grant types.
+_JWT_RETRIEVERS = {
+    "org.apache.kafka.common.security.oauthbearer.DefaultJwtRetriever": "client_credentials",
+    "org.apache.kafka.common.security.oauthbearer.ClientCredentialsJwtRetriever":
+        "client_credentials",
+    "org.apache.kafka.common.security.oauthbearer.JwtBearerJwtRetriever": "jwt_bearer",
+}
+# The built-in OAuth login's settings that say *who* logs in where: any of them set means the
+# login is wanted (the tuning ones below have defaults and cannot tell).
+_OAUTH_LOGIN = ("sasl_oauthbearer_token_endpoint_url",
+                "sasl_oauthbearer_client_credentials_client_id",
+                "sasl_oauthbearer_client_credentials_client_secret", "sasl_oauthbearer_scope",
+                "sasl_oauthbearer_assertion_file", "sasl_oauthbearer_assertion_private_key_file",
+                "sasl_oauthbearer_assertion_private_key_passphrase",
+                "sasl_oauthbearer_assertion_template_file", "sasl_oauthbearer_assertion_claim_aud",
+                "sasl_oauthbearer_assertion_claim_iss", "sasl_oauthbearer_assertion_claim_sub",
+                "https_cafile")
+# Float settings with Java's ranges.
+_FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    "sasl_login_refresh_window_factor": (0.5, 1.0),
+    "sasl_login_refresh_window_jitter": (0.0, 0.25),
+}
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 # Java's ZSTD level bounds (Zstd.minCompressionLevel() is -(1 << 17)).
@@ -71,6 +98,10 @@ _JAVA_OVERRIDES = {
     "ssl_certfile": "ssl.certificate.location",
     "ssl_keyfile": "ssl.key.location",
     "ssl_password": "ssl.key.password",
+    # librdkafka's name for the CAs that verify HTTPS endpoints such as the token endpoint
+    "https_cafile": "https.ca.location",
+    # Java picks the grant by retriever class; the short names are accepted too
+    "sasl_oauthbearer_grant_type": "sasl.oauthbearer.jwt.retriever.class",
 }
 
 # Integer keys whose only rule is a range: name -> (lowest, highest), Java's validators.
@@ -101,8 +132,18 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     # Java allows a 0 ms window; a rate over a 0 ms window is undefined, so 1 ms is the floor.
     "metrics_sample_window_ms": (1, _LONG_MAX),
     "metrics_num_samples": (1, _INT_MAX),
+    # Java leaves the two endpoint timeouts unset (unbounded); here they have bounds.
+    "sasl_login_connect_timeout_ms": (1, _INT_MAX),
+    "sasl_login_read_timeout_ms": (1, _INT_MAX),
+    "sasl_login_retry_backoff_ms": (0, _LONG_MAX),
+    "sasl_login_retry_backoff_max_ms": (0, _LONG_MAX),
+    "sasl_login_refresh_min_period_seconds": (0, 900),
+    "sasl_login_refresh_buffer_seconds": (0, 3600),
+    "sasl_oauthbearer_assertion_claim_exp_seconds": (1, 86400),
+    "sasl_oauthbearer_assertion_claim_nbf_seconds": (0, 3600),
 }
-_BOOLS = ("partitioner_ignore_keys", "partitioner_adaptive_partitioning_enable")
+_BOOLS = ("partitioner_ignore_keys", "partitioner_adaptive_partitioning_enable",
+          "sasl_oauthbearer_header_urlencode", "sasl_oauthbearer_assertion_claim_jti_include")
 _CALLABLES = ("partitioner", "key_serializer", "value_serializer")
 
 
@@ -123,6 +164,14 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
     if not low <= value <= high:
         raise _fail(name, value, f"must be in [{low}, {high}]")
     return value
+
+
+def _check_float(name: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(name, value, f"expected a number in [{low}, {high}]")
+    if not low <= value <= high:
+        raise _fail(name, value, f"must be in [{low}, {high}]")
+    return float(value)
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -174,6 +223,65 @@ def _parse_choice(name: str, value: object, choices: Sequence[str], upper: bool)
         if text in choices:
             return text
     raise _fail(name, value, f"must be one of {', '.join(choices)}")
+
+
+def _no_oauth_login(given: Mapping[str, Any], why: str) -> None:
+    """The built-in login's settings are an error when it is not used: a secret configured
+    for nothing is a mistake worth reporting."""
+    for name in _OAUTH_LOGIN:
+        if given[name] is not None:
+            raise _fail(name, "***" if name in _SECRETS else given[name],
+                        f"belongs to the built-in OAUTHBEARER login "
+                        f"(sasl_oauthbearer_token_endpoint_url), but {why}")
+
+
+def _check_oauth_login(given: Mapping[str, Any]) -> None:
+    """The built-in login (KIP-768, KIP-1139): a usable URL and what its grant needs.
+
+    Files are not opened here (a config is data); ``options_from_config`` reads them at
+    ``start()`` and names the setting when one cannot be read.
+    """
+    from urllib.parse import urlsplit
+
+    url = given["sasl_oauthbearer_token_endpoint_url"]
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "file"):
+        raise _fail("sasl_oauthbearer_token_endpoint_url", url,
+                    "expected an https:// URL (the client secret or assertion must not travel "
+                    "unencrypted) or a file: URL")
+    if parts.scheme == "https" and (not parts.hostname or parts.username or parts.password):
+        shown = f"https://{parts.hostname or ''}{parts.path}"
+        raise _fail("sasl_oauthbearer_token_endpoint_url", shown,
+                    "expected https://host[:port]/path, without user info in the URL")
+    grant = given["sasl_oauthbearer_grant_type"]
+    secret = given["sasl_oauthbearer_client_credentials_client_secret"]
+    assertion = given["sasl_oauthbearer_assertion_file"] or \
+        given["sasl_oauthbearer_assertion_private_key_file"]
+    if parts.scheme == "file":
+        for name in _OAUTH_LOGIN[1:-1]:
+            if given[name] is not None:
+                raise _fail(name, "***" if name in _SECRETS else given[name],
+                            "not used when sasl_oauthbearer_token_endpoint_url is a file: URL")
+        return
+    if grant == "jwt_bearer":
+        if not assertion:
+            raise _fail("sasl_oauthbearer_assertion_private_key_file", None,
+                        "the jwt_bearer grant needs sasl_oauthbearer_assertion_private_key_file "
+                        "or sasl_oauthbearer_assertion_file")
+        if secret is not None:
+            raise _fail("sasl_oauthbearer_client_credentials_client_secret", "***",
+                        "not used by the jwt_bearer grant")
+        return
+    if given["sasl_oauthbearer_client_credentials_client_id"] is None:
+        raise _fail("sasl_oauthbearer_client_credentials_client_id", None,
+                    "the client_credentials grant needs a client id")
+    if secret is None and not assertion:
+        raise _fail("sasl_oauthbearer_client_credentials_client_secret", None,
+                    "the client_credentials grant needs the client secret, or an assertion "
+                    "(sasl_oauthbearer_assertion_private_key_file or _assertion_file)")
+    if secret is not None and assertion:
+        raise _fail("sasl_oauthbearer_client_credentials_client_secret", "***",
+                    "give either the client secret or an assertion, not both")
 
 
 @dataclass(frozen=True, init=False)
@@ -273,8 +381,65 @@ class ProducerConfig:
     sasl_username: str | None
     # Password for PLAIN and SCRAM (a secret: never shown).
     sasl_password: str | None
-    # OAUTHBEARER: async callable returning an OAuthToken (token and expiry).
+    # OAUTHBEARER: async callable returning an OAuthToken (token and expiry). Excludes the
+    # built-in login (sasl_oauthbearer_token_endpoint_url).
     sasl_oauth_token_provider: Callable[..., Any] | None
+    # OAUTHBEARER without a provider of your own: the identity provider's token endpoint
+    # (https://), or a file: URL of a file holding the token (KIP-768).
+    sasl_oauthbearer_token_endpoint_url: str | None
+    # client_credentials (client id + secret or assertion) or jwt_bearer (a signed JWT is the
+    # grant, KIP-1139); dotted name sasl.oauthbearer.jwt.retriever.class takes Java's classes.
+    sasl_oauthbearer_grant_type: OAuthGrantType
+    # The client id the identity provider knows (client_credentials).
+    sasl_oauthbearer_client_credentials_client_id: str | None
+    # The client secret (client_credentials; a secret: never shown).
+    sasl_oauthbearer_client_credentials_client_secret: str | None
+    # Scope requested with the token, as the identity provider names it.
+    sasl_oauthbearer_scope: str | None
+    # URL-encode client id and secret before the Basic header (RFC 6749 2.3.1, KIP-1082).
+    sasl_oauthbearer_header_urlencode: bool
+    # PEM CAs that verify the token endpoint's certificate; None: ssl_cafile plus the system
+    # trust store.
+    https_cafile: str | None
+    # Bound on connecting to the token endpoint (TCP and TLS).
+    sasl_login_connect_timeout_ms: int
+    # Bound on sending the token request and reading the whole answer.
+    sasl_login_read_timeout_ms: int
+    # First wait before asking the token endpoint again after a failure.
+    sasl_login_retry_backoff_ms: int
+    # Bound on one token fetch, its retries included (Java's meaning).
+    sasl_login_retry_backoff_max_ms: int
+    # Refresh a token at this fraction of its lifetime (0.5-1.0)...
+    sasl_login_refresh_window_factor: float
+    # ... plus up to this much more, at random (0-0.25), so clients do not refresh together.
+    sasl_login_refresh_window_jitter: float
+    # Refresh no sooner than this after a token's start, if its lifetime allows.
+    sasl_login_refresh_min_period_seconds: int
+    # Refresh at least this long before expiry, if the token's lifetime allows.
+    sasl_login_refresh_buffer_seconds: int
+    # A file with a ready-signed JWT assertion, read for every request; the other assertion
+    # settings are then ignored.
+    sasl_oauthbearer_assertion_file: str | None
+    # PEM private key signing the assertion (needs the oauth extra: cryptography).
+    sasl_oauthbearer_assertion_private_key_file: str | None
+    # Passphrase of an encrypted assertion key (a secret: never shown).
+    sasl_oauthbearer_assertion_private_key_passphrase: str | None
+    # RS256 or ES256.
+    sasl_oauthbearer_assertion_algorithm: OAuthAssertionAlgorithm
+    # The assertion's aud claim (usually the token endpoint or the provider's issuer).
+    sasl_oauthbearer_assertion_claim_aud: str | None
+    # The assertion's iss claim (usually the client id).
+    sasl_oauthbearer_assertion_claim_iss: str | None
+    # The assertion's sub claim (the client id, or the user the client acts for).
+    sasl_oauthbearer_assertion_claim_sub: str | None
+    # The assertion expires this many seconds after it is made.
+    sasl_oauthbearer_assertion_claim_exp_seconds: int
+    # The assertion is valid from this many seconds before it is made (clock skew).
+    sasl_oauthbearer_assertion_claim_nbf_seconds: int
+    # Put a random jti in every assertion (providers that refuse replays want it).
+    sasl_oauthbearer_assertion_claim_jti_include: bool
+    # JSON {"header": {...}, "payload": {...}} of static values under the configured claims.
+    sasl_oauthbearer_assertion_template_file: str | None
     # First bound on establishing a connection.
     socket_connection_setup_timeout_ms: int
     # Cap on the exponentially growing connection setup bound.
@@ -340,6 +505,32 @@ class ProducerConfig:
         sasl_username: str | None = None,
         sasl_password: str | None = None,
         sasl_oauth_token_provider: Callable[..., Any] | None = None,
+        sasl_oauthbearer_token_endpoint_url: str | None = None,
+        sasl_oauthbearer_grant_type: OAuthGrantType = "client_credentials",
+        sasl_oauthbearer_client_credentials_client_id: str | None = None,
+        sasl_oauthbearer_client_credentials_client_secret: str | None = None,
+        sasl_oauthbearer_scope: str | None = None,
+        sasl_oauthbearer_header_urlencode: bool = False,
+        https_cafile: str | None = None,
+        sasl_login_connect_timeout_ms: int = 10000,
+        sasl_login_read_timeout_ms: int = 10000,
+        sasl_login_retry_backoff_ms: int = 100,
+        sasl_login_retry_backoff_max_ms: int = 10000,
+        sasl_login_refresh_window_factor: float = 0.8,
+        sasl_login_refresh_window_jitter: float = 0.05,
+        sasl_login_refresh_min_period_seconds: int = 60,
+        sasl_login_refresh_buffer_seconds: int = 300,
+        sasl_oauthbearer_assertion_file: str | None = None,
+        sasl_oauthbearer_assertion_private_key_file: str | None = None,
+        sasl_oauthbearer_assertion_private_key_passphrase: str | None = None,
+        sasl_oauthbearer_assertion_algorithm: OAuthAssertionAlgorithm = "RS256",
+        sasl_oauthbearer_assertion_claim_aud: str | None = None,
+        sasl_oauthbearer_assertion_claim_iss: str | None = None,
+        sasl_oauthbearer_assertion_claim_sub: str | None = None,
+        sasl_oauthbearer_assertion_claim_exp_seconds: int = 300,
+        sasl_oauthbearer_assertion_claim_nbf_seconds: int = 60,
+        sasl_oauthbearer_assertion_claim_jti_include: bool = False,
+        sasl_oauthbearer_assertion_template_file: str | None = None,
         socket_connection_setup_timeout_ms: int = 10000,
         socket_connection_setup_timeout_max_ms: int = 30000,
         metrics_sample_window_ms: int = 30000,
@@ -352,6 +543,8 @@ class ProducerConfig:
             _check_int(name, given[name], low, high)
         for name in _BOOLS:
             _check_bool(name, given[name])
+        for name, (flow, fhigh) in _FLOAT_RANGES.items():
+            given[name] = _check_float(name, given[name], flow, fhigh)
         for name in _CALLABLES:
             if given[name] is not None and not callable(given[name]):
                 raise _fail(name, given[name], "expected a callable or None")
@@ -422,8 +615,19 @@ class ProducerConfig:
             raise _fail("ssl_endpoint_identification_algorithm", algorithm,
                         'expected "https" (check the host name) or "" (do not)')
         mechanism = given["sasl_mechanism"]
+        given["sasl_oauthbearer_grant_type"] = _parse_choice(
+            "sasl_oauthbearer_grant_type", given["sasl_oauthbearer_grant_type"], _GRANT_TYPES,
+            upper=False)
+        given["sasl_oauthbearer_assertion_algorithm"] = _parse_choice(
+            "sasl_oauthbearer_assertion_algorithm", given["sasl_oauthbearer_assertion_algorithm"],
+            _ASSERTION_ALGORITHMS, upper=True)
+        for name in _OAUTH_LOGIN:
+            if given[name] is not None and (not isinstance(given[name], str) or not given[name]):
+                raise _fail(name, "***" if name in _SECRETS else given[name],
+                            "expected a non-empty string or None")
         credentials = [n for n in ("sasl_username", "sasl_password",
-                                   "sasl_oauth_token_provider") if given[n] is not None]
+                                   "sasl_oauth_token_provider", *_OAUTH_LOGIN)
+                       if given[n] is not None]
         if not sasl:
             if mechanism is not None or credentials:
                 name = "sasl_mechanism" if mechanism is not None else credentials[0]
@@ -439,14 +643,24 @@ class ProducerConfig:
         given["sasl_mechanism"] = mechanism
         if mechanism == "OAUTHBEARER":
             provider = given["sasl_oauth_token_provider"]
-            if provider is None or not callable(provider):
+            if provider is not None and given["sasl_oauthbearer_token_endpoint_url"] is not None:
                 raise _fail("sasl_oauth_token_provider", provider,
-                            "OAUTHBEARER needs an async callable returning an OAuthToken")
+                            "give either a token provider or sasl_oauthbearer_token_endpoint_url "
+                            "(the built-in login), not both")
+            if provider is None and given["sasl_oauthbearer_token_endpoint_url"] is not None:
+                _check_oauth_login(given)
+            elif provider is None or not callable(provider):
+                raise _fail("sasl_oauth_token_provider", provider,
+                            "OAUTHBEARER needs an async callable returning an OAuthToken, or "
+                            "sasl_oauthbearer_token_endpoint_url for the built-in login")
+            else:
+                _no_oauth_login(given, "a token provider of your own is given")
         else:
             for name in ("sasl_username", "sasl_password"):
                 if not isinstance(given[name], str) or not given[name]:
                     raise _fail(name, "***" if name in _SECRETS else given[name],
                                 f"{mechanism} needs sasl_username and sasl_password")
+            _no_oauth_login(given, f"sasl_mechanism is {mechanism}")
 
     def __repr__(self) -> str:
         def shown(name: str) -> str:
@@ -578,6 +792,13 @@ def _from_text(name: str, value: object, default: object) -> object:
         if text.lower() in ("true", "false"):
             return text.lower() == "true"
         raise _fail(name, value, 'expected "true" or "false"')
+    if name == "sasl_oauthbearer_grant_type":
+        return _JWT_RETRIEVERS.get(text, text)
+    if name in _FLOAT_RANGES:
+        try:
+            return float(text)
+        except ValueError:
+            raise _fail(name, value, "expected a number") from None
     if name in _INT_RANGES or name in ("delivery_timeout_ms", "compression_gzip_level"):
         try:
             return int(text)
@@ -587,6 +808,8 @@ def _from_text(name: str, value: object, default: object) -> object:
         raise _fail(
             name, value, "expected a Python callable/object; class names cannot be loaded"
         )
+    if name in _OAUTH_LOGIN and not text and default is None:
+        return None  # Java reads a blank OAuth setting as unset
     if name == "transactional_id" and not text and default is None:
         return None
     return value

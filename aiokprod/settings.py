@@ -35,6 +35,8 @@ __all__ = [
     "CompressionCodec",
     "DnsLookup",
     "EndpointIdentification",
+    "OAuthAssertionAlgorithm",
+    "OAuthGrantType",
     "PlainSettings",
     "ProducerSettings",
     "RecordingLevel",
@@ -51,6 +53,9 @@ RecordingLevel = Literal["INFO", "DEBUG", "TRACE"]
 DnsLookup = Literal["use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"]
 # "https" checks that the broker's certificate names the host dialled; "" does not.
 EndpointIdentification = Literal["https", ""]
+# The built-in OAUTHBEARER login's grants (KIP-768, KIP-1139) and assertion signatures.
+OAuthGrantType = Literal["client_credentials", "jwt_bearer"]
+OAuthAssertionAlgorithm = Literal["RS256", "ES256"]
 
 
 class PlainSettings(TypedDict, total=False):
@@ -100,6 +105,32 @@ class PlainSettings(TypedDict, total=False):
     sasl_mechanism: SaslMechanism | None
     sasl_username: str | None
     sasl_password: str | None
+    sasl_oauthbearer_token_endpoint_url: str | None
+    sasl_oauthbearer_grant_type: OAuthGrantType
+    sasl_oauthbearer_client_credentials_client_id: str | None
+    sasl_oauthbearer_client_credentials_client_secret: str | None
+    sasl_oauthbearer_scope: str | None
+    sasl_oauthbearer_header_urlencode: bool
+    https_cafile: str | None
+    sasl_login_connect_timeout_ms: int
+    sasl_login_read_timeout_ms: int
+    sasl_login_retry_backoff_ms: int
+    sasl_login_retry_backoff_max_ms: int
+    sasl_login_refresh_window_factor: float
+    sasl_login_refresh_window_jitter: float
+    sasl_login_refresh_min_period_seconds: int
+    sasl_login_refresh_buffer_seconds: int
+    sasl_oauthbearer_assertion_file: str | None
+    sasl_oauthbearer_assertion_private_key_file: str | None
+    sasl_oauthbearer_assertion_private_key_passphrase: str | None
+    sasl_oauthbearer_assertion_algorithm: OAuthAssertionAlgorithm
+    sasl_oauthbearer_assertion_claim_aud: str | None
+    sasl_oauthbearer_assertion_claim_iss: str | None
+    sasl_oauthbearer_assertion_claim_sub: str | None
+    sasl_oauthbearer_assertion_claim_exp_seconds: int
+    sasl_oauthbearer_assertion_claim_nbf_seconds: int
+    sasl_oauthbearer_assertion_claim_jti_include: bool
+    sasl_oauthbearer_assertion_template_file: str | None
     socket_connection_setup_timeout_ms: int
     socket_connection_setup_timeout_max_ms: int
     metrics_sample_window_ms: int

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import AuthenticationError
+from aiokprod.network.oauth import OAuthBearerLogin
 
 if TYPE_CHECKING:
     from aiokprod.protocol import (
@@ -47,6 +48,7 @@ __all__ = [
     "SecurityOptions",
     "authenticate",
     "build_ssl_context",
+    "oauth_login_from_config",
     "options_from_config",
     "reauthentication_delay",
 ]
@@ -263,10 +265,101 @@ def options_from_config(config: Any) -> SecurityOptions:
             except (AuthenticationError, ssl.SSLError) as exc:
                 raise ConfigError(f"TLS settings (ssl_cafile/ssl_certfile/ssl_keyfile): "
                                   f"{exc}") from None
+    provider = config.sasl_oauth_token_provider
+    if config.sasl_mechanism == "OAUTHBEARER" and config.sasl_oauthbearer_token_endpoint_url:
+        provider = oauth_login_from_config(config)
     return SecurityOptions(
         protocol=protocol, ssl_context=context, sasl_mechanism=config.sasl_mechanism,
         sasl_username=config.sasl_username, sasl_password=config.sasl_password,
-        sasl_oauth_token_provider=config.sasl_oauth_token_provider)
+        sasl_oauth_token_provider=provider)
+
+
+def oauth_login_from_config(config: Any) -> OAuthBearerLogin:
+    """The built-in OAUTHBEARER login a ``ProducerConfig`` asks for (docs/security.md).
+
+    Reads what the config names — the CA file, the assertion key — once here, so a missing
+    file, a wrong passphrase or a missing ``cryptography`` fails ``start()`` with
+    ``ConfigError`` naming the setting (never the passphrase), not every connection later.
+    """
+    from urllib.parse import urlsplit
+
+    from aiokprod.errors import ConfigError
+    from aiokprod.network.jwt import AssertionSettings, load_private_key
+    from aiokprod.network.oauth import OAuthLoginSettings
+
+    def fail(name: str, why: str) -> ConfigError:
+        return ConfigError(f"Invalid value for configuration {name}: {why}")
+
+    url = config.sasl_oauthbearer_token_endpoint_url
+    https = urlsplit(url).scheme == "https"
+    endpoint_context: ssl.SSLContext | None = None
+    if https:
+        # the endpoint's own CAs replace the system store; else the brokers' CA file is
+        # trusted beside it (one private CA often signs both)
+        endpoint_context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        cafile, name = (config.https_cafile, "https.ca.location (https_cafile)") \
+            if config.https_cafile else (config.ssl_cafile, "ssl.ca.location (ssl_cafile)")
+        if config.https_cafile:
+            endpoint_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if cafile:
+            try:
+                endpoint_context.load_verify_locations(cafile)
+            except (OSError, ssl.SSLError) as exc:
+                raise fail(name, f"{cafile!r}: {getattr(exc, 'strerror', None) or exc}") \
+                    from None
+    assertion: AssertionSettings | None = None
+    if config.sasl_oauthbearer_assertion_file or \
+            config.sasl_oauthbearer_assertion_private_key_file:
+        assertion = AssertionSettings(
+            file=config.sasl_oauthbearer_assertion_file,
+            private_key_file=config.sasl_oauthbearer_assertion_private_key_file,
+            private_key_passphrase=config.sasl_oauthbearer_assertion_private_key_passphrase,
+            algorithm=config.sasl_oauthbearer_assertion_algorithm,
+            claim_aud=config.sasl_oauthbearer_assertion_claim_aud,
+            claim_iss=config.sasl_oauthbearer_assertion_claim_iss,
+            claim_sub=config.sasl_oauthbearer_assertion_claim_sub,
+            claim_exp_seconds=config.sasl_oauthbearer_assertion_claim_exp_seconds,
+            claim_nbf_seconds=config.sasl_oauthbearer_assertion_claim_nbf_seconds,
+            claim_jti_include=config.sasl_oauthbearer_assertion_claim_jti_include,
+            template_file=config.sasl_oauthbearer_assertion_template_file)
+        checks = [("sasl.oauthbearer.assertion.file", assertion.file),
+                  ("sasl.oauthbearer.assertion.template.file", assertion.template_file)]
+        for name, path in checks:
+            if path is not None:
+                try:
+                    with open(path, "rb"):
+                        pass
+                except OSError as exc:
+                    raise fail(name, f"{path!r}: {exc.strerror}") from None
+        if assertion.file is None:
+            name = "sasl.oauthbearer.assertion.private.key.file"
+            try:
+                load_private_key(assertion)
+            except ImportError:
+                raise fail(name, "signing the assertion needs the cryptography package: "
+                                 "pip install 'aiokprod[oauth]'") from None
+            except OSError as exc:
+                raise fail(name, f"{assertion.private_key_file!r}: {exc.strerror}") from None
+            except ValueError as exc:
+                raise fail(name, f"{assertion.private_key_file!r}: {exc}") from None
+    client_id = config.sasl_oauthbearer_client_credentials_client_id
+    return OAuthBearerLogin(OAuthLoginSettings(
+        token_endpoint_url=url, grant_type=config.sasl_oauthbearer_grant_type,
+        client_id=client_id,
+        client_secret=config.sasl_oauthbearer_client_credentials_client_secret,
+        scope=config.sasl_oauthbearer_scope,
+        header_urlencode=config.sasl_oauthbearer_header_urlencode,
+        ssl_context=endpoint_context,
+        connect_timeout_ms=config.sasl_login_connect_timeout_ms,
+        read_timeout_ms=config.sasl_login_read_timeout_ms,
+        retry_backoff_ms=config.sasl_login_retry_backoff_ms,
+        retry_backoff_max_ms=config.sasl_login_retry_backoff_max_ms,
+        refresh_window_factor=config.sasl_login_refresh_window_factor,
+        refresh_window_jitter=config.sasl_login_refresh_window_jitter,
+        refresh_min_period_seconds=config.sasl_login_refresh_min_period_seconds,
+        refresh_buffer_seconds=config.sasl_login_refresh_buffer_seconds,
+        assertion=assertion,
+        client_label=f" for client id {client_id!r}" if client_id else ""))
 
 
 def build_ssl_context(
