@@ -673,10 +673,11 @@ class Producer(TransactionalApi):
         return ProducerHealth("ok", None)
 
     def client_instance_id(self) -> str | None:
-        """The id the broker assigned this producer for metrics push (KIP-714), as a UUID
-        string; None until the first GetTelemetrySubscriptions answer, or with
-        ``enable_metrics_push=False``. (Java's ``clientInstanceId(timeout)`` waits for it; here
-        it never waits.) Broker-side metrics pipelines key what this producer pushed by it."""
+        """The id the broker assigned this producer for metrics push (KIP-714), spelt as Kafka
+        spells a Uuid (URL-safe base64); None until the first GetTelemetrySubscriptions
+        answer, or with ``enable_metrics_push=False``. (Java's ``clientInstanceId(timeout)``
+        waits for it; here it never waits.) Broker-side metrics pipelines key what this
+        producer pushed by it."""
         telemetry = self._telemetry
         return None if telemetry is None else telemetry.client_instance_id
 

@@ -15,6 +15,7 @@ sent matter more than the metrics about them.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import math
@@ -48,7 +49,7 @@ __all__ = ["ClientTelemetry"]
 log = logging.getLogger(__name__)
 
 _SCOPE = "aiokprod"
-# With no connection to ride on, look again when metadata changes or after this long.
+# With no connection to ride on, look again when one comes up or after this long.
 _NO_CONNECTION_WAIT_MS = 30_000.0
 
 
@@ -73,12 +74,16 @@ class ClientTelemetry:
 
     @property
     def client_instance_id(self) -> str | None:
-        """The id the broker assigned this producer (KIP-714), once it has; None before."""
+        """The id the broker assigned this producer (KIP-714), once it has; None before. In
+        Kafka's own spelling of a Uuid (URL-safe base64, no padding), as broker logs and
+        telemetry plugins show it."""
         cid = self.schedule.client_instance_id
-        return None if cid is None else str(cid)
+        return None if cid is None else \
+            base64.urlsafe_b64encode(cid.bytes).rstrip(b"=").decode("ascii")
 
     def start(self, spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[Any]]
               ) -> None:
+        self._cluster.on_change.append(self._wake.set)
         self._task = spawn(self._run(), "telemetry")
 
     async def _run(self) -> None:
@@ -94,7 +99,10 @@ class ClientTelemetry:
                 continue
             conn = self._cluster.any_ready_connection()
             if conn is None:
-                await self._cluster.wait_for_update(_NO_CONNECTION_WAIT_MS)
+                # woken by the cluster's on_change when a connection comes up (or at close)
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), _NO_CONNECTION_WAIT_MS / 1000)
                 continue
             try:
                 await self._exchange(conn, self._request_timeout_ms)
