@@ -328,6 +328,9 @@ class MetricsRegistry:
         self._sensors: dict[str, Sensor] = {}
         # Metric key -> (description, measure(now)); insertion-ordered for stable output.
         self._metrics: dict[MetricKey, tuple[str, Callable[[float], float]]] = {}
+        # Keys of the metrics that are running totals (Stat.TOTAL / COUNT_TOTAL): an exporter
+        # that distinguishes counters from gauges (KIP-714's OTLP sums) asks is_cumulative.
+        self._cumulative: set[MetricKey] = set()
         self._reporters: list[MetricsReporter] = []
 
     @property
@@ -376,7 +379,14 @@ class MetricsRegistry:
         tags: Mapping[str, str] | None = None,
         description: str = "",
     ) -> MetricKey:
-        return self.add(name, group, _measure(sensor, stat), tags=tags, description=description)
+        key = self.add(name, group, _measure(sensor, stat), tags=tags, description=description)
+        if stat is Stat.TOTAL or stat is Stat.COUNT_TOTAL:
+            self._cumulative.add(key)
+        return key
+
+    def is_cumulative(self, key: MetricKey) -> bool:
+        """Whether ``key`` is a running total that only grows (a counter), not a gauge."""
+        return key in self._cumulative
 
     def gauge(
         self,
@@ -392,6 +402,7 @@ class MetricsRegistry:
 
     def remove(self, key: MetricKey) -> None:
         self._metrics.pop(key, None)
+        self._cumulative.discard(key)
 
     def remove_sensor(self, name: str) -> None:
         """Forget a sensor (its metrics must be removed too, or they keep reading it)."""
@@ -402,6 +413,7 @@ class MetricsRegistry:
         doomed = [k for k in self._metrics if k.group == group and k.tag(tag) == value]
         for key in doomed:
             del self._metrics[key]
+            self._cumulative.discard(key)
         return len(doomed)
 
     def description(self, key: MetricKey) -> str:

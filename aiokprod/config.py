@@ -143,7 +143,8 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "sasl_oauthbearer_assertion_claim_nbf_seconds": (0, 3600),
 }
 _BOOLS = ("partitioner_ignore_keys", "partitioner_adaptive_partitioning_enable",
-          "sasl_oauthbearer_header_urlencode", "sasl_oauthbearer_assertion_claim_jti_include")
+          "sasl_oauthbearer_header_urlencode", "sasl_oauthbearer_assertion_claim_jti_include",
+          "enable_metrics_push")
 _CALLABLES = ("partitioner", "key_serializer", "value_serializer")
 
 
@@ -450,6 +451,9 @@ class ProducerConfig:
     metrics_num_samples: int
     # INFO, DEBUG or TRACE: sensors declared above it record nothing (Java's meaning).
     metrics_recording_level: RecordingLevel
+    # Push the producer's metrics to the broker when a client-metrics subscription asks for them
+    # (KIP-714; docs/observability.md); nothing is sent while no subscription matches this client.
+    enable_metrics_push: bool
     # use_all_dns_ips: try every address a host name resolves to, in turn;
     # resolve_canonical_bootstrap_servers_only: bootstrap names become their canonical names.
     client_dns_lookup: DnsLookup
@@ -536,6 +540,7 @@ class ProducerConfig:
         metrics_sample_window_ms: int = 30000,
         metrics_num_samples: int = 2,
         metrics_recording_level: RecordingLevel = "INFO",
+        enable_metrics_push: bool = True,
         client_dns_lookup: DnsLookup = "use_all_dns_ips",
     ) -> None:
         given: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}

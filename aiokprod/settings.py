@@ -136,6 +136,7 @@ class PlainSettings(TypedDict, total=False):
     metrics_sample_window_ms: int
     metrics_num_samples: int
     metrics_recording_level: RecordingLevel
+    enable_metrics_push: bool
     client_dns_lookup: DnsLookup
 
 

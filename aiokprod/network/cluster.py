@@ -634,6 +634,20 @@ class Cluster:
                 wait = min(wait, max(self.connection_delay(node_id), 0.001))
             await self._wait_links_changed(wait)
 
+    def any_ready_connection(self) -> BrokerConnection | None:
+        """A live, writable connection with the fewest requests in flight, or None; never dials.
+
+        For background work that should ride on the connections the producer opened anyway
+        rather than open one of its own (KIP-714 telemetry: an idle producer stays unconnected).
+        """
+        best: BrokerConnection | None = None
+        for link in self._links.values():
+            conn = link.connection
+            if conn is not None and conn.writable and (best is None
+                                                       or conn.in_flight < best.in_flight):
+                best = conn
+        return best
+
     async def any_connection(self) -> BrokerConnection:
         """``least_loaded_connection`` bounded by request.timeout.ms (Metadata, InitProducerId)."""
         return await self.least_loaded_connection(self.request_timeout_ms)

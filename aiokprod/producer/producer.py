@@ -47,6 +47,7 @@ from aiokprod.producer.transactions import TransactionState
 from aiokprod.producer.validation import check_header_key, check_timestamp_ms, validate_topic
 from aiokprod.records import CompressionRatioEstimator, CompressionType
 from aiokprod.settings import ProducerSettings
+from aiokprod.telemetry import ClientTelemetry
 
 if sys.version_info >= (3, 12):
     from typing import Unpack
@@ -103,6 +104,8 @@ class Producer(TransactionalApi):
         self._idempotence: IdempotenceManager | None = None
         # transactional.id set: the transaction state and coordinator requests
         self._txn: TransactionManager | None = None
+        # enable_metrics_push: the KIP-714 subscription and pushes (None when disabled)
+        self._telemetry: ClientTelemetry | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Producer:
@@ -208,6 +211,14 @@ class Producer(TransactionalApi):
             await self._cluster.resolve_canonical_bootstrap()
         self._cluster.start(self._supervisor.spawn)
         self._sender.start()
+        if cfg.enable_metrics_push:
+            resource = [("transactional_id", cfg.transactional_id)] \
+                if cfg.transactional_id is not None else []
+            self._telemetry = ClientTelemetry(
+                cluster=self._cluster, registry=self._metrics.registry,
+                client_id=cfg.client_id, request_timeout_ms=cfg.request_timeout_ms,
+                resource=resource, clock=clock)
+            self._telemetry.start(self._supervisor.spawn)
         self._started = True
         if getattr(cfg, "idempotence_disabled_reason", None):
             log.info("[client %s] idempotence disabled: %s", cfg.client_id,
@@ -282,11 +293,22 @@ class Producer(TransactionalApi):
             self._supervisor
         assert sender is not None and cluster is not None and pool is not None
         assert supervisor is not None
+        telemetry = self._telemetry
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + max(timeout, 0.0)
         try:
             await self._abort_open_transaction(timeout)
             await sender.close(timeout)
+            if telemetry is not None:
+                # KIP-714's terminating push, with the metrics of the records just flushed;
+                # within what is left of the close timeout (request.timeout.ms without one)
+                left = self._config.request_timeout_ms / 1000 if deadline is None else \
+                    deadline - loop.time()
+                await telemetry.close(left)
         finally:
             try:
+                if telemetry is not None:
+                    telemetry.stop()
                 # sends still waiting for memory or metadata fail with ProducerClosedError
                 pool.close()
                 await cluster.close()
@@ -649,6 +671,15 @@ class Producer(TransactionalApi):
             return ProducerHealth("degraded", f"buffer memory exhausted: {pool.waiters} "
                                               f"send(s) waiting for memory")
         return ProducerHealth("ok", None)
+
+    def client_instance_id(self) -> str | None:
+        """The id the broker assigned this producer for metrics push (KIP-714), spelt as Kafka
+        spells a Uuid (URL-safe base64); None until the first GetTelemetrySubscriptions
+        answer, or with ``enable_metrics_push=False``. (Java's ``clientInstanceId(timeout)``
+        waits for it; here it never waits.) Broker-side metrics pipelines key what this
+        producer pushed by it."""
+        telemetry = self._telemetry
+        return None if telemetry is None else telemetry.client_instance_id
 
     def metrics(self) -> dict[str, float]:
         """Java-named producer metrics, keyed ``group:name{tags}`` (e.g.

@@ -51,6 +51,7 @@ from aiokprod.protocol import (
     ApiVersionsRequest,
     CreateTopicsRequest,
     DescribeProducersRequest,
+    IncrementalAlterConfigsRequest,
     MetadataRequest,
     decode_response,
     encode_request,
@@ -82,6 +83,9 @@ DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
     "-Djava.awt.headless=true",
 )
 _CLIENT_ID = "aiokprod-kafka-fixture"
+# ConfigResource.Type.CLIENT_METRICS and AlterConfigOp.OpType SET / DELETE, as on the wire.
+_CLIENT_METRICS_RESOURCE = 16
+_OP_SET, _OP_DELETE = 0, 1
 
 
 class KafkaClusterError(RuntimeError):
@@ -272,8 +276,10 @@ class KafkaCluster:
     the internal offsets and transaction topics). ``advertised_ports`` maps node id to the
     port its PLAINTEXT listener advertises (a proxy in front). ``security`` adds the SSL,
     SASL_PLAINTEXT and SASL_SSL listeners (one broker only). ``broker_config`` overrides or
-    adds server properties. ``start()`` returns once every node answers Metadata listing all
-    nodes; ``stop()`` ends every process by PID and is idempotent.
+    adds server properties; ``extra_classpath`` puts more jars or class directories on the
+    broker's ``java -cp`` (plugins a test builds, e.g. a KIP-714 telemetry receiver).
+    ``start()`` returns once every node answers Metadata listing all nodes; ``stop()`` ends
+    every process by PID and is idempotent.
     """
 
     def __init__(
@@ -285,6 +291,7 @@ class KafkaCluster:
         advertised_ports: Mapping[int, int] | None = None,
         security: SecurityOptions | None = None,
         broker_config: Mapping[str, str] | None = None,
+        extra_classpath: Sequence[str | Path] = (),
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         startup_timeout: float = 120.0,
         stop_timeout: float = 30.0,
@@ -303,6 +310,8 @@ class KafkaCluster:
         self._advertised_ports = dict(advertised_ports or {})
         self.security = security
         self._broker_config = dict(broker_config or {})
+        # after the Kafka jars, so a plugin never shadows a broker class
+        self.extra_classpath = tuple(str(p) for p in extra_classpath)
         self.jvm_options = tuple(jvm_options)
         self.startup_timeout = startup_timeout
         # stop_broker's bound for one node's controlled shutdown; stop_grace is stop()'s.
@@ -561,7 +570,7 @@ class KafkaCluster:
             "java", *heap, *self.jvm_options, *sharing,
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={node.directory}",
-            "-cp", self.jars.classpath, main, *args,
+            "-cp", os.pathsep.join((self.jars.classpath, *self.extra_classpath)), main, *args,
         ]
 
     def _format_argv(self, node: _Node) -> list[str]:
@@ -871,6 +880,31 @@ class KafkaCluster:
                 raise KafkaClusterError(f"CreateTopics {name!r}: error {result.error_code} "
                                         f"({result.error_message})")
         return self.wait_for_partitions(name, count=partitions, timeout=timeout)
+
+    def alter_client_metrics(self, name: str, configs: Mapping[str, str | None], *,
+                             timeout: float = 30.0) -> None:
+        """Set (or, with None, delete) configs of the CLIENT_METRICS resource ``name``: a
+        KIP-714 metrics subscription (``metrics``, ``interval.ms``, ``match``), over
+        IncrementalAlterConfigs like ``kafka-client-metrics.sh --alter`` (no admin-tool JVM)."""
+        request = IncrementalAlterConfigsRequest(resources=[
+            IncrementalAlterConfigsRequest.AlterConfigsResource(
+                resource_type=_CLIENT_METRICS_RESOURCE, resource_name=name,
+                configs=[IncrementalAlterConfigsRequest.AlterableConfig(
+                    name=key, config_operation=_OP_DELETE if value is None else _OP_SET,
+                    value=value) for key, value in configs.items()])],
+            validate_only=False)
+        port = self._any_port()
+        try:
+            versions = self.api_versions or self._api_versions(port, timeout)
+            response = _round_trip(port, request,
+                                   _version(versions, IncrementalAlterConfigsRequest),
+                                   timeout=timeout)
+        except _WireError as exc:
+            raise KafkaClusterError(f"IncrementalAlterConfigs {name!r} failed: {exc}") from exc
+        for result in response.responses:
+            if result.error_code != 0:
+                raise KafkaClusterError(f"IncrementalAlterConfigs {name!r}: error "
+                                        f"{result.error_code} ({result.error_message})")
 
     def active_producers(self, topic: str, partition: int) -> list[tuple[int, int, int]]:
         """``(producer id, epoch, last sequence)`` of every producer the partition's leader

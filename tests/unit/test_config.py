@@ -90,6 +90,7 @@ JAVA_DEFAULTS: dict[str, object] = {
     "metrics.sample.window.ms": 30000,
     "metrics.num.samples": 2,
     "metrics.recording.level": "INFO",
+    "enable.metrics.push": True,
     "client.dns.lookup": "use_all_dns_ips",
 }
 

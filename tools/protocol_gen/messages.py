@@ -29,6 +29,9 @@ APIS: tuple[str, ...] = (
     "SaslAuthenticate",
     "CreateTopics",
     "DescribeProducers",
+    "IncrementalAlterConfigs",
+    "GetTelemetrySubscriptions",
+    "PushTelemetry",
 )
 HEADERS: tuple[str, ...] = ("RequestHeader", "ResponseHeader")
 
