@@ -240,3 +240,36 @@ async def test_close_with_an_open_transaction_aborts_it(
     # transaction.timeout.ms (60 s): the committed record would not be readable now
     records = read_back(kafka.bootstrap, topic, expected=1, timeout=8, settle=0.3)
     assert _values(records) == [b"committed"]
+
+
+async def test_committed_offsets_reads_what_committed_transactions_recorded(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int
+) -> None:
+    """``committed_offsets``: the last committed transaction's offsets, never an aborted
+    one's; an offset pending in an open transaction is waited for, not reported."""
+    sink = kafka_topic()
+    group = f"aiokprod-group-{uuid.uuid4().hex[:8]}"
+    marker = (sink, 0)  # Kafka refuses offsets of a topic it does not have
+    async with _producer(kafka, _txn_id()) as writer, \
+            Producer(bootstrap_servers=kafka.bootstrap, max_block_ms=10000) as reader:
+        assert await reader.committed_offsets(group, [marker, (sink, 1)]) == {
+            marker: None, (sink, 1): None}
+        async with writer.transaction():
+            await writer.send(sink, b"one")
+            await writer.send_offsets_to_transaction({marker: 5}, group)
+        assert await reader.committed_offsets(group, [marker]) == {marker: 5}
+        writer.begin_transaction()
+        await writer.send_offsets_to_transaction({marker: 9}, group)
+        await writer.abort_transaction()
+        assert await writer.committed_offsets(group, [marker]) == {marker: 5}
+        # a pending offset: the read waits for the transaction's outcome
+        writer.begin_transaction()
+        await writer.send(sink, b"two")
+        await writer.send_offsets_to_transaction({marker: 7}, group)
+        pending = asyncio.ensure_future(reader.committed_offsets(group, [marker]))
+        await asyncio.sleep(0.5)
+        assert not pending.done()
+        await writer.commit_transaction()
+        assert await asyncio.wait_for(pending, 10) == {marker: 7}
+        with pytest.raises(ValueError, match="group_id"):
+            await reader.committed_offsets("", [marker])

@@ -29,6 +29,7 @@ APIS: tuple[str, ...] = (
     "SaslAuthenticate",
     "CreateTopics",
     "DescribeProducers",
+    "OffsetFetch",
 )
 HEADERS: tuple[str, ...] = ("RequestHeader", "ResponseHeader")
 
