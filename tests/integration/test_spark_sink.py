@@ -3,7 +3,7 @@
 One SparkSession serves every Spark test file (``spark``, from ``support.spark_fixtures``:
 ``local[2,2]``, so a failed task is retried once). Records are read back with confluent-kafka
 (``support.reader``), not with anything of ours. The exactly-once mode's tests are in
-``test_spark_exactly_once.py``.
+``test_spark_exactly_once.py`` (Apache Kafka: Tansu does not hide aborted records).
 """
 
 from __future__ import annotations
@@ -385,8 +385,9 @@ def test_missing_topic_is_rejected(spark: SparkSession) -> None:
     ({"kafka.linger.msx": "5"}, "Unknown configuration 'linger.msx'; did you mean 'linger.ms'?"),
     ({"lingerMs": "5"}, "unknown option 'lingerms'"),
     ({"kafka.linger.ms": "soon"}, "linger.ms"),
-    ({"transactional": "true"},
-     "option 'transactional'='true' is not supported: transactions are not supported yet"),
+    ({"transactional.id.prefix": "x"},
+     "options 'transactional.id.prefix' and 'transactional.marker.topic' need "
+     "'transactional'='true'"),
     ({"kafka.key.serializer": "x"}, "option 'kafka.key.serializer' is not supported"),
     ({"kafka.transactional.id": "x"}, "option 'kafka.transactional.id' is not supported"),
 ])
