@@ -64,6 +64,7 @@ from aiokprod.spark._options import SinkSettings, settings_from, sink_options
 from aiokprod.spark._transactional import (
     TransactionalTaskWriter,
     batch_identity,
+    fence_unfinished,
     stream_identity,
 )
 
@@ -180,8 +181,17 @@ class KafkaArrowWriter(DataSourceArrowWriter):
         logger.info("aiokprod sink: wrote %s", summarize(_ours(messages)))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        ours = _ours(messages)
         logger.warning("aiokprod sink: write job failed; what the finished tasks wrote stays in "
-                       "Kafka (%s): %s", _mode(self.settings), summarize(_ours(messages)))
+                       "Kafka (%s): %s", _mode(self.settings), summarize(ours))
+        if self.settings.transactional:
+            # messages are indexed by Spark partition; None: the task did not finish
+            problems = fence_unfinished(self.settings,
+                                        [i for i, m in enumerate(ours) if m is None])
+            for problem in problems:
+                logger.warning("aiokprod sink: could not fence the unfinished task's "
+                               "transactional id %s; read_committed consumers may wait up to "
+                               "transaction.timeout.ms for its transaction", problem)
 
 
 if DataSourceStreamArrowWriter is not None:

@@ -28,6 +28,7 @@ cached producers and hot path are untouched. docs/spark.md has the guarantee tab
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Coroutine, Iterable
@@ -47,7 +48,8 @@ from aiokprod.spark._executor import (
 )
 from aiokprod.spark._options import SinkSettings
 
-__all__ = ["TaskIdentity", "TransactionalTaskWriter", "batch_identity", "stream_identity"]
+__all__ = ["TaskIdentity", "TransactionalTaskWriter", "batch_identity", "fence_unfinished",
+           "stream_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ _T = TypeVar("_T")
 # what a marker holds for a batch write: "this partition's rows are committed"
 _BATCH_DONE = 1
 _CLOSE_TIMEOUT_S = 10.0
+# producers the driver's abort() starts at once to fence the failed tasks' transactional ids
+_FENCE_CONCURRENCY = 8
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,37 @@ def stream_identity(settings: SinkSettings, query_id: str, batch_id: int,
     assert settings.marker_topic is not None
     name = f"{settings.id_prefix}-{query_id}-{partition_id}"
     return TaskIdentity(name, name, (settings.marker_topic, 0), batch_id + 1)
+
+
+def fence_unfinished(settings: SinkSettings, partitions: Iterable[int]) -> list[str]:
+    """After a failed batch write: fence the transactional ids of the tasks that did not finish.
+
+    A task whose last attempt died (its worker killed, no retry left) leaves its transaction
+    open; its rows are never visible, but read_committed consumers of the partitions it wrote
+    to stop at its first record until the coordinator aborts it after transaction.timeout.ms.
+    InitProducerId with the task's id aborts it now. Runs in the driver-side worker that calls
+    ``abort``; each producer's start is bounded by max.block.ms. Returns one line per id that
+    could not be fenced (the caller logs them).
+    """
+    async def fence(partition: int, gate: asyncio.Semaphore) -> None:
+        config = dict(settings.producer_config)
+        config["transactional.id"] = batch_identity(settings, partition).transactional_id
+        async with gate:
+            producer = Producer.from_config(config)
+            try:
+                await producer.start()
+            finally:
+                await producer.close(timeout=_CLOSE_TIMEOUT_S)
+
+    async def fence_all(wanted: list[int]) -> list[str]:
+        gate = asyncio.Semaphore(_FENCE_CONCURRENCY)
+        outcomes = await asyncio.gather(*(fence(p, gate) for p in wanted),
+                                        return_exceptions=True)
+        return [f"{batch_identity(settings, p).transactional_id}: {type(o).__name__}: {o}"
+                for p, o in zip(wanted, outcomes, strict=True) if isinstance(o, BaseException)]
+
+    wanted = sorted(set(partitions))
+    return asyncio.run(fence_all(wanted)) if wanted else []
 
 
 class TransactionalTaskWriter(TaskWriter):

@@ -84,6 +84,7 @@ def _faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSo
 
     ``raise`` / ``exit``: after two Arrow batches were handed to the producer and a second for
     them to reach the log, raise / ``os._exit(1)`` (the Python worker dies mid-task).
+    ``exit-always``: the same exit on every attempt, so the job fails.
     ``exit-after-commit``: the task's write (transaction committed) returns, then the worker
     exits before Spark hears of the result. ``pause``: after two batches, write the task's
     transactional id to ``sync_dir/paused`` and wait for ``sync_dir/resume``.
@@ -94,7 +95,8 @@ def _faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSo
         def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
             context = TaskContext.get()
             assert context is not None
-            if context.partitionId() != 0 or context.attemptNumber() != 0:
+            if context.partitionId() != 0 or (context.attemptNumber() != 0
+                                               and fault != "exit-always"):
                 return super().write(iterator)
             if fault == "exit-after-commit":
                 super().write(iterator)
@@ -107,7 +109,7 @@ def _faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSo
                         time.sleep(1.0)  # the first two batches are in the log, uncommitted
                         if fault == "raise":
                             raise RuntimeError("injected: the task fails half-way")
-                        if fault == "exit":
+                        if fault in ("exit", "exit-always"):
                             os._exit(1)
                         if fault == "pause":
                             txn_id = batch_identity(settings, 0).transactional_id
@@ -175,6 +177,26 @@ def test_a_task_that_committed_and_died_is_not_written_again(
     # nothing was aborted either: the retry never wrote
     uncommitted = _counts(kafka.bootstrap, topic, ROWS, "read_uncommitted")
     assert sum(uncommitted.values()) == ROWS
+
+
+def test_a_failed_job_leaves_its_dead_tasks_rows_invisible_and_readers_unblocked(
+        spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
+        small_arrow_batches: None) -> None:
+    """Partition 0's worker dies half-way on both attempts: the job fails. Partition 1's
+    committed rows stay (a transaction per task); none of partition 0's are visible; and the
+    driver's abort fences partition 0's transactional id, so read_committed readers are not
+    held at the dead transaction's first record for transaction.timeout.ms (60 s): a later
+    write is readable at once."""
+    topic = kafka_topic(partitions=2)
+    spark.dataSource.register(_faulty_source("exit-always"))
+    with pytest.raises(Exception, match="Python worker exited unexpectedly|crashed"):
+        _save(_frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-always")
+    # a later write to the topic is readable at once, not after the dead transaction's timeout
+    later = spark.range(ROWS, ROWS + 1000, 1, 1).selectExpr("cast(id as string) as value")
+    _save(later, kafka.bootstrap, topic)
+    counts = _counts(kafka.bootstrap, topic, ROWS // 2 + 1000, timeout=15)
+    assert sorted(counts) == list(range(ROWS // 2, ROWS + 1000))
+    assert set(counts.values()) == {1}
 
 
 # -- two attempts of one task at once (speculative execution) --------------------------------
