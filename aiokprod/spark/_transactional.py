@@ -236,9 +236,10 @@ class TransactionalTaskWriter(TaskWriter):
                 f"this attempt's rows were aborted and are never visible to read_committed "
                 f"consumers: ProducerFencedError: {error}")
         return KafkaSinkError(
-            f"aiokprod sink: {self._where} {what} (transactional id {txn_id!r}; its rows "
-            f"were aborted or will be, invisible to read_committed consumers): "
-            f"{type(error).__name__}: {error}")
+            f"aiokprod sink: {self._where} {what} (transactional id {txn_id!r}): "
+            f"{type(error).__name__}: {error}. Its transaction either committed (the retry "
+            f"then finds the task's marker and writes nothing) or is aborted, by the retry's "
+            f"start or after transaction.timeout.ms (read_committed consumers never see it)")
 
 
 def _fenced(error: BaseException | None) -> ProducerFencedError | None:

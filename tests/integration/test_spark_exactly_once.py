@@ -493,3 +493,11 @@ def test_transactional_options_are_checked_on_the_driver() -> None:
     # what each task's producer will be is checked too: transactions need idempotence
     with pytest.raises(ValueError, match="bad producer option.*idempotence"):
         settings_from({**base, "topic": "t", "kafka.enable.idempotence": "false"}, value)
+
+
+def test_the_driver_summary_counts_tasks_that_found_their_rows_committed() -> None:
+    from aiokprod.spark import SinkCommitMessage, summarize
+    line = summarize([SinkCommitMessage(0, 1, 0, 0, (), skipped=True),
+                      SinkCommitMessage(1, 0, 5, 50, (("t", 5),))])
+    assert line == ("5 records (50 bytes of keys and values) from 2 of 2 tasks (1 found their "
+                    "rows committed before); per topic: t: 5")
