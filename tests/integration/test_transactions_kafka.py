@@ -273,3 +273,23 @@ async def test_committed_offsets_reads_what_committed_transactions_recorded(
         assert await asyncio.wait_for(pending, 10) == {marker: 7}
         with pytest.raises(ValueError, match="group_id"):
             await reader.committed_offsets("", [marker])
+
+
+async def test_committed_offsets_before_offset_fetch_v8(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OffsetFetch v7 (one group per request, before KIP-709's list of groups) reads the same."""
+    from aiokprod.protocol import OffsetFetchRequest
+    monkeypatch.setattr(OffsetFetchRequest, "MAX_VERSION", 7)
+    sink = kafka_topic(partitions=2)
+    group = f"aiokprod-group-{uuid.uuid4().hex[:8]}"
+    async with _producer(kafka, _txn_id()) as writer:
+        async with writer.transaction():
+            await writer.send(sink, b"one")
+            await writer.send_offsets_to_transaction({(sink, 1): 11}, group)
+        assert await writer.committed_offsets(group, [(sink, 0), (sink, 1)]) == {
+            (sink, 0): None, (sink, 1): 11}
+    monkeypatch.setattr(OffsetFetchRequest, "MAX_VERSION", 6)
+    async with Producer(bootstrap_servers=kafka.bootstrap, max_block_ms=5000) as reader:
+        with pytest.raises(KafkaError, match="require_stable"):
+            await reader.committed_offsets(group, [(sink, 1)])
