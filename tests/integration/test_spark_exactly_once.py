@@ -37,6 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
 from aiokprod import Producer
+from aiokprod.producer import transaction_manager
 from aiokprod.spark import KafkaArrowWriter, KafkaDataSource, KafkaSinkError
 from aiokprod.spark._executor import close_all_producers
 from aiokprod.spark._options import settings_from
@@ -202,6 +203,14 @@ def test_a_failed_job_leaves_its_dead_tasks_rows_invisible_and_readers_unblocked
 # -- two attempts of one task at once (speculative execution) --------------------------------
 
 
+@pytest.fixture(params=[1, 2], ids=["txn-v1", "txn-v2"])
+def transaction_version(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The in-process tests run under KIP-98's protocol and KIP-890's transaction version 2
+    (Kafka 4.1.1 finalizes version 2 and still serves version 1); Spark's workers use 2."""
+    monkeypatch.setattr(transaction_manager, "MAX_TRANSACTION_VERSION", request.param)
+    return int(request.param)
+
+
 def _value_settings(bootstrap: str, topic: str) -> Any:
     settings = settings_from({"kafka.bootstrap.servers": bootstrap, "topic": topic,
                               "transactional": "true", "kafka.linger.ms": "5"},
@@ -214,7 +223,7 @@ def _tagged(attempt: int, start: int, stop: int) -> pa.RecordBatch:
 
 
 def test_two_attempts_at_once_commit_one_attempts_rows(
-        kafka: KafkaCluster, kafka_topic: Callable[..., str]) -> None:
+        kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int) -> None:
     """Speculation: a slow first attempt has sent half its rows when a second attempt of the
     same task starts. The second fences the first (same transactional id) and commits; the
     first fails with the fencing named; read_committed shows the second attempt's rows only.
@@ -263,7 +272,7 @@ def test_two_attempts_at_once_commit_one_attempts_rows(
 
 
 def test_an_attempt_starting_after_another_committed_writes_nothing(
-        kafka: KafkaCluster, kafka_topic: Callable[..., str]) -> None:
+        kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int) -> None:
     """The other order: the first attempt commits before the second starts; the second finds
     the marker, writes nothing and succeeds (``skipped``)."""
     topic = kafka_topic()
