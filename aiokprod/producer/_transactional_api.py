@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from aiokprod.config import ProducerConfig
@@ -21,7 +21,10 @@ from aiokprod.errors import (
     ProducerFencedError,
     TransactionAbortableError,
 )
+from aiokprod.network.cluster import Cluster
 from aiokprod.producer.accumulator import RecordAccumulator
+from aiokprod.producer.committed_offsets import fetch_committed_offsets
+from aiokprod.producer.coordinator import CoordinatorClient
 from aiokprod.producer.sender import Sender
 from aiokprod.producer.transaction_manager import TransactionManager
 from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState, TxnEvent
@@ -35,10 +38,12 @@ _P = TypeVar("_P", bound="TransactionalApi")
 
 class TransactionalApi:
     """``begin_transaction``, ``commit_transaction``, ``abort_transaction``,
-    ``send_offsets_to_transaction`` and ``transaction()``, as methods of ``Producer``."""
+    ``send_offsets_to_transaction``, ``transaction()`` and ``committed_offsets``, as methods
+    of ``Producer``."""
 
     # Producer's state, as these methods use it
     _config: ProducerConfig
+    _cluster: Cluster | None
     _txn: TransactionManager | None
     _sender: Sender | None
     _acc: RecordAccumulator | None
@@ -187,6 +192,38 @@ class TransactionalApi:
             raise
         finally:
             self._time_operation("txn-send-offsets", started)
+
+    async def committed_offsets(
+            self, group_id: str, partitions: Iterable[tuple[str, int]],
+    ) -> dict[tuple[str, int], int | None]:
+        """The offsets ``group_id`` has committed for ``partitions`` (``None``: none).
+
+        The read-back of ``send_offsets_to_transaction``: a writer that records its progress
+        as a group's offsets inside its transactions asks here, after ``start()`` fenced any
+        older instance, what the last committed transaction recorded. An offset still pending
+        in an open transaction is waited for (OffsetFetch ``require_stable``, KIP-447), never
+        reported as absent or as committed. Works on any started producer (transactional or
+        not); bounded by max.block.ms (``KafkaTimeoutError``). Cancelling it sends nothing
+        more and changes no state.
+        """
+        if not isinstance(group_id, str) or not group_id:
+            raise ValueError(f"group_id must be a non-empty string, got {group_id!r}")
+        wanted = list(partitions)
+        for key in wanted:
+            if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str)
+                    and isinstance(key[1], int) and key[1] >= 0):
+                raise ValueError(f"partitions must be (topic, partition) pairs, got {key!r}")
+        if self._closed or not self._started or self._cluster is None:
+            raise self._not_sending_error()
+        if not wanted:
+            return {}
+        config = self._config
+        coordinators = CoordinatorClient(
+            cluster=self._cluster, transactional_id=config.transactional_id or "",
+            request_timeout_ms=config.request_timeout_ms,
+            retry_backoff_ms=config.retry_backoff_ms, client_id=config.client_id)
+        return await fetch_committed_offsets(coordinators, group_id, wanted,
+                                             time.monotonic() + self._max_block / 1000)
 
     @contextlib.asynccontextmanager
     async def transaction(self: _P) -> AsyncIterator[_P]:

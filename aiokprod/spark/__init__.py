@@ -25,16 +25,22 @@ Why this shape (details in docs/spark.md):
 * **One producer per executor Python worker**, reused by every task of the same configuration
   (``aiokprod.spark._executor``), flushed at the end of each task; a task with any failed record
   raises ``KafkaSinkError`` (count and first error), and Spark retries it.
-* **At-least-once**: idempotence removes duplicates from the producer's own retries within a
-  task; a retried task writes its rows again. Transactions are not supported yet
-  (``.option("transactional", "true")`` is refused).
+* **At-least-once by default**: idempotence removes duplicates from the producer's own retries
+  within a task; a retried task writes its rows again.
+* **Exactly-once with** ``.option("transactional", "true")``: one Kafka transaction per task,
+  its transactional id fixed by the write (batch) or query (streaming) and the Spark
+  partition, so a new attempt fences older ones, and a commit marker (a sink-owned consumer
+  group's offset) committed in the same transaction, so a re-run of a task that committed
+  writes nothing (``aiokprod.spark._transactional``). read_committed consumers see each row
+  once.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 try:
@@ -55,6 +61,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from aiokprod.errors import ConfigError
 from aiokprod.spark._executor import KafkaSinkError, TaskSummary, TaskWriter
 from aiokprod.spark._options import SinkSettings, settings_from, sink_options
+from aiokprod.spark._transactional import (
+    TransactionalTaskWriter,
+    batch_identity,
+    fence_unfinished,
+    stream_identity,
+)
 
 try:  # Spark 4.1+; on 4.0 the streaming sink takes the Row path
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -78,6 +90,8 @@ class SinkCommitMessage(WriterCommitMessage):
     records: int
     bytes: int  # key + value bytes as the DataFrame held them
     topics: tuple[tuple[str, int], ...]  # (topic, records)
+    # transactional mode: an earlier attempt (or run) had committed the task's rows already
+    skipped: bool = False
 
 
 class KafkaDataSource(DataSource):
@@ -91,7 +105,10 @@ class KafkaDataSource(DataSource):
         if overwrite:
             raise ConfigError("aiokprod sink: Kafka topics can only be appended to; use "
                               "mode('append')")
-        return KafkaArrowWriter(settings_from(self.options, schema))
+        settings = settings_from(self.options, schema)
+        if settings.transactional:  # one id per save(): every attempt of a task shares it
+            settings = replace(settings, write_id=uuid.uuid4().hex)
+        return KafkaArrowWriter(settings)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # every output mode appends to the topic, as with Spark's own Kafka sink
@@ -101,17 +118,38 @@ class KafkaDataSource(DataSource):
         return KafkaStreamRowWriter(settings)  # pragma: no cover - pyspark 4.0
 
 
+# Local properties Spark's micro-batch execution sets for the tasks of a micro-batch
+# (StreamExecution.QUERY_ID_KEY, MicroBatchExecution.BATCH_ID_KEY).
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
 def _write_task(settings: SinkSettings, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
     context = TaskContext.get()
     partition_id = context.partitionId() if context is not None else -1
     attempt = context.attemptNumber() if context is not None else 0
-    summary = TaskWriter(settings, partition_id, attempt).write(batches)
-    return _message(summary)
+    if not settings.transactional:
+        return _message(TaskWriter(settings, partition_id, attempt).write(batches))
+    if context is None:
+        raise KafkaSinkError("aiokprod sink: transactional mode runs inside a Spark task only")
+    if settings.write_id is not None:
+        identity = batch_identity(settings, partition_id)
+    else:
+        query_id = context.getLocalProperty(_QUERY_ID_PROPERTY)
+        batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY)
+        if not query_id or batch_id is None:
+            raise KafkaSinkError(
+                f"aiokprod sink: transactional streaming needs Spark's query and batch ids "
+                f"(task local properties {_QUERY_ID_PROPERTY!r}, {_BATCH_ID_PROPERTY!r}); this "
+                f"task has {query_id!r}, {batch_id!r}")
+        identity = stream_identity(settings, query_id, int(batch_id), partition_id)
+    writer = TransactionalTaskWriter(settings, partition_id, attempt, identity)
+    return _message(writer.write(batches))
 
 
 def _message(summary: TaskSummary) -> SinkCommitMessage:
     return SinkCommitMessage(summary.partition_id, summary.attempt, summary.records,
-                             summary.bytes, summary.topics)
+                             summary.bytes, summary.topics, summary.skipped)
 
 
 def summarize(messages: list[SinkCommitMessage | None]) -> str:
@@ -123,9 +161,11 @@ def summarize(messages: list[SinkCommitMessage | None]) -> str:
             topics[topic] = topics.get(topic, 0) + n
     records = sum(m.records for m in done)
     size = sum(m.bytes for m in done)
+    skipped = sum(1 for m in done if m.skipped)
     per_topic = ", ".join(f"{t}: {n}" for t, n in sorted(topics.items())) or "none"
+    already = f" ({skipped} found their rows committed before)" if skipped else ""
     return (f"{records} records ({size} bytes of keys and values) from {len(done)} of "
-            f"{len(messages)} tasks; per topic: {per_topic}")
+            f"{len(messages)} tasks{already}; per topic: {per_topic}")
 
 
 class KafkaArrowWriter(DataSourceArrowWriter):
@@ -141,8 +181,17 @@ class KafkaArrowWriter(DataSourceArrowWriter):
         logger.info("aiokprod sink: wrote %s", summarize(_ours(messages)))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        ours = _ours(messages)
         logger.warning("aiokprod sink: write job failed; what the finished tasks wrote stays in "
-                       "Kafka (at-least-once): %s", summarize(_ours(messages)))
+                       "Kafka (%s): %s", _mode(self.settings), summarize(ours))
+        if self.settings.transactional:
+            # messages are indexed by Spark partition; None: the task did not finish
+            problems = fence_unfinished(self.settings,
+                                        [i for i, m in enumerate(ours) if m is None])
+            for problem in problems:
+                logger.warning("aiokprod sink: could not fence the unfinished task's "
+                               "transactional id %s; read_committed consumers may wait up to "
+                               "transaction.timeout.ms for its transaction", problem)
 
 
 if DataSourceStreamArrowWriter is not None:
@@ -162,7 +211,7 @@ if DataSourceStreamArrowWriter is not None:
 
         def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
             logger.warning("aiokprod sink: micro-batch %d failed; what its finished tasks wrote "
-                           "stays in Kafka (at-least-once): %s", batchId,
+                           "stays in Kafka (%s): %s", batchId, _mode(self.settings),
                            summarize(_ours(messages)))
 
 
@@ -184,7 +233,18 @@ class KafkaStreamRowWriter(DataSourceStreamWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         logger.warning("aiokprod sink: micro-batch %d failed; what its finished tasks wrote stays "
-                       "in Kafka (at-least-once): %s", batchId, summarize(_ours(messages)))
+                       "in Kafka (%s): %s", batchId, _mode(self.settings),
+                       summarize(_ours(messages)))
+
+
+def _mode(settings: SinkSettings) -> str:
+    if not settings.transactional:
+        return "at-least-once"
+    if settings.write_id is not None:
+        return ("one transaction per task: finished tasks committed, the others' rows were "
+                "aborted; a new save() writes every row again")
+    return ("one transaction per task: finished tasks committed, the others' rows were "
+            "aborted; the restarted query's replay of the micro-batch skips what committed")
 
 
 def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage | None]:

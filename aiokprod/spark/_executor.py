@@ -41,7 +41,7 @@ from aiokprod.producer.producer import Producer
 from aiokprod.spark._options import SinkSettings
 
 __all__ = ["KafkaSinkError", "TaskSummary", "TaskWriter", "cached_producer_count",
-           "close_all_producers"]
+           "close_all_producers", "shared_loop"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,9 @@ class TaskSummary:
     bytes: int
     # records per topic
     topics: tuple[tuple[str, int], ...]
+    # transactional mode: an earlier attempt of this task (or the run before a restart)
+    # committed these rows already, so this one wrote nothing (records, bytes, topics are 0)
+    skipped: bool = False
 
 
 # -- one loop thread and a producer cache per worker process ---------------------------------
@@ -97,25 +100,36 @@ _loop_thread: _LoopThread | None = None
 _producers: dict[tuple[tuple[str, str], ...], Producer] = {}
 
 
-def _loop_and_producer(config: tuple[tuple[str, str], ...]) -> tuple[_LoopThread, Producer]:
+def _shared_loop_locked() -> _LoopThread:
     global _pid, _loop_thread
+    if _pid != os.getpid():  # first use, or a forked child: the parent's thread is gone
+        _pid, _loop_thread = os.getpid(), None
+        _producers.clear()
+        atexit.register(close_all_producers)
+    if _loop_thread is None:
+        _loop_thread = _LoopThread()
+    return _loop_thread
+
+
+def shared_loop() -> _LoopThread:
+    """This worker's event loop thread (started on first use, again after a fork)."""
     with _lock:
-        if _pid != os.getpid():  # first use, or a forked child: the parent's thread is gone
-            _pid, _loop_thread = os.getpid(), None
-            _producers.clear()
-            atexit.register(close_all_producers)
-        if _loop_thread is None:
-            _loop_thread = _LoopThread()
+        return _shared_loop_locked()
+
+
+def _loop_and_producer(config: tuple[tuple[str, str], ...]) -> tuple[_LoopThread, Producer]:
+    with _lock:
+        loop_thread = _shared_loop_locked()
         producer = _producers.get(config)
         if producer is not None and producer.health().state == "fatal":
             _discard_locked(config)
             producer = None
         if producer is None:
             producer = Producer.from_config(dict(config))
-            _loop_thread.submit(producer.start()).result()
+            loop_thread.submit(producer.start()).result()
             _producers[config] = producer
             logger.info("aiokprod sink: started %r in Python worker %d", producer, os.getpid())
-        return _loop_thread, producer
+        return loop_thread, producer
 
 
 def _discard_locked(config: tuple[tuple[str, str], ...]) -> None:
@@ -186,7 +200,7 @@ class TaskWriter:
         self._settings = settings
         self._partition_id = partition_id
         self._attempt = attempt
-        self._loop_thread, self._producer = _loop_and_producer(settings.producer_config)
+        self._loop_thread, self._producer = self._connect()
         # filled by the loop thread (callbacks) and read after the final flush
         self._records = 0  # rows handed to the producer
         self._bytes = 0
@@ -226,12 +240,20 @@ class TaskWriter:
                 queued.result()
             self._loop_thread.submit(self._finish()).result()
         if self._failed:
-            _discard(self._settings.producer_config)
+            self._drop_producer()
             assert self._first_error is not None
             raise KafkaSinkError(self._describe_failure(self._first_error, sending=False)) \
                 from self._first_error
         return TaskSummary(self._partition_id, self._attempt, self._records, self._bytes,
                            tuple(sorted(self._topics.items())))
+
+    def _connect(self) -> tuple[_LoopThread, Producer]:
+        """The loop and producer this task sends through: the worker's cached one."""
+        return _loop_and_producer(self._settings.producer_config)
+
+    def _drop_producer(self) -> None:
+        """After a failure: the retry must not inherit a broken producer."""
+        _discard(self._settings.producer_config)
 
     @staticmethod
     def _settle(queued: ConcurrentFuture[None]) -> None:
@@ -247,13 +269,17 @@ class TaskWriter:
         try:
             yield
         except BaseException as exc:
-            _discard(self._settings.producer_config)
+            self._drop_producer()
             if isinstance(exc, KafkaSinkError):
                 raise
             raise KafkaSinkError(self._describe_failure(exc, sending=True)) from exc
 
+    @property
+    def _where(self) -> str:
+        return f"task for partition {self._partition_id} (attempt {self._attempt})"
+
     def _describe_failure(self, error: BaseException, *, sending: bool) -> str:
-        where = f"task for partition {self._partition_id} (attempt {self._attempt})"
+        where = self._where
         if sending:
             return (f"aiokprod sink: {where} stopped after handing {self._records} records to "
                     f"the producer ({self._failed} of them failed): {type(error).__name__}: "

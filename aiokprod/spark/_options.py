@@ -54,8 +54,9 @@ _UNSUPPORTED = {
                    "kafka.ssl.certificate.location and kafka.ssl.key.location",
     "sasl.oauth.token.provider": "a token provider is a Python callable; it cannot be given as "
                                  "a string option",
-    "transactional.id": "transactions are not supported yet; the sink derives transactional "
-                        "ids itself once they are (option 'transactional')",
+    "transactional.id": "the sink derives a transactional id per task itself; use the "
+                        "option 'transactional' = 'true' (and 'transactional.id.prefix' for "
+                        "prefixed ACLs)",
 }
 
 # Java's JAAS login modules whose username/password map onto sasl.username / sasl.password.
@@ -63,6 +64,12 @@ _JAAS_MODULES = ("org.apache.kafka.common.security.plain.PlainLoginModule",
                  "org.apache.kafka.common.security.scram.ScramLoginModule")
 _JAAS = re.compile(r'^\s*(?P<module>[\w.$]+)\s+required\b(?P<options>.*?);?\s*$', re.DOTALL)
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+# The transactional mode's own options (docs/spark.md, "Exactly-once").
+TRANSACTIONAL = "transactional"
+ID_PREFIX = "transactional.id.prefix"
+MARKER_TOPIC = "transactional.marker.topic"
+DEFAULT_ID_PREFIX = "aiokprod-spark"
 
 # Options Spark itself passes to a streaming sink; they are Spark's, not ours.
 _SPARK_OWNED = frozenset({"checkpointlocation", "queryname", "path"})
@@ -83,10 +90,23 @@ class SinkSettings:
     topic: str | None
     # which of COLUMNS the DataFrame has
     columns: tuple[str, ...]
+    # option 'transactional': one Kafka transaction per task, exactly-once for read_committed
+    # consumers (aiokprod.spark._transactional)
+    transactional: bool = False
+    # the transactional ids and marker groups start with it (prefixed ACLs)
+    id_prefix: str = DEFAULT_ID_PREFIX
+    # the topic whose partition 0 keys the commit markers: Kafka refuses offsets of a topic it
+    # does not have, and the sink's own topic is one it has
+    marker_topic: str | None = None
+    # batch writes: made on the driver for one save(), so its tasks' attempts share their
+    # transactional ids; None for streaming, where the query id (kept in the checkpoint) is
+    write_id: str | None = None
 
     def __repr__(self) -> str:
         shown = {k: "***" if k in _SECRET_SETTINGS else v for k, v in self.producer_config}
-        return f"SinkSettings(producer={shown}, topic={self.topic!r}, columns={self.columns})"
+        mode = f", transactional={self.id_prefix!r}" if self.transactional else ""
+        return (f"SinkSettings(producer={shown}, topic={self.topic!r}, "
+                f"columns={self.columns}{mode})")
 
 
 def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSettings:
@@ -98,6 +118,8 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
     producer: dict[str, str] = {}
     jaas: dict[str, str] = {}
     topic: str | None = None
+    transactional = False
+    id_prefix, marker_topic = DEFAULT_ID_PREFIX, None
     for name, value in options.items():
         key = name.lower()
         if key.startswith(KAFKA_PREFIX):
@@ -111,21 +133,23 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
                 producer[java] = value
         elif key == "topic":
             topic = value
-        elif key == "transactional":
-            if value.strip().lower() == "true":
-                raise ConfigError(
-                    "aiokprod sink: option 'transactional'='true' is not supported: transactions "
-                    "are not supported yet by aiokprod; the sink writes at-least-once (idempotent "
-                    "within a task, see docs/spark.md)")
-            if value.strip().lower() != "false":
+        elif key == TRANSACTIONAL:
+            if value.strip().lower() not in ("true", "false"):
                 raise ConfigError(
                     f"aiokprod sink: option 'transactional' must be 'true' or 'false', got "
                     f"{value!r}")
+            transactional = value.strip().lower() == "true"
+        elif key == ID_PREFIX:
+            id_prefix = value.strip()
+            if not id_prefix:
+                raise ConfigError(f"aiokprod sink: option {ID_PREFIX!r} must not be empty")
+        elif key == MARKER_TOPIC:
+            marker_topic = value.strip() or None
         elif key not in _SPARK_OWNED:
             raise ConfigError(
                 f"aiokprod sink: unknown option {name!r}; producer settings take the 'kafka.' "
-                f"prefix (e.g. 'kafka.{key}'), and the sink's own options are 'topic' and "
-                f"'transactional'")
+                f"prefix (e.g. 'kafka.{key}'), and the sink's own options are 'topic', "
+                f"'transactional', {ID_PREFIX!r} and {MARKER_TOPIC!r}")
     if jaas:
         if "sasl.username" in producer or "sasl.password" in producer:
             raise ConfigError("aiokprod sink: give either 'kafka.sasl.jaas.config' or "
@@ -135,11 +159,24 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
         raise ConfigError("aiokprod sink: option 'kafka.bootstrap.servers' is required")
     try:
         ProducerConfig.from_mapping(producer)
+        if transactional:  # what each task's producer will be: e.g. idempotence switched off
+            ProducerConfig.from_mapping({**producer, "transactional.id": id_prefix})
     except ConfigError as exc:
         raise ConfigError(f"aiokprod sink: bad producer option (given with the 'kafka.' "
                           f"prefix): {exc}") from exc
     columns = _check_schema(schema, topic)
-    return SinkSettings(tuple(sorted(producer.items())), topic, columns)
+    if transactional:
+        marker_topic = marker_topic or topic
+        if marker_topic is None:
+            raise ConfigError(
+                f"aiokprod sink: option 'transactional'='true' needs a topic for its commit "
+                f"markers: give the 'topic' option, or {MARKER_TOPIC!r} (an existing topic the "
+                f"sink may commit a consumer group's offsets for) when rows name their topics")
+    elif (id_prefix, marker_topic) != (DEFAULT_ID_PREFIX, None):
+        raise ConfigError(f"aiokprod sink: options {ID_PREFIX!r} and {MARKER_TOPIC!r} need "
+                          f"'transactional'='true'")
+    return SinkSettings(tuple(sorted(producer.items())), topic, columns, transactional,
+                        id_prefix, marker_topic if transactional else None)
 
 
 def sink_options(bootstrap_servers: str | Sequence[str], *, topic: str | None = None,

@@ -1,22 +1,15 @@
 """The PySpark sink under a real local Spark (``local[2]``, Java 17) against Tansu.
 
-One SparkSession serves every test here (JVM start-up is the expensive part, ~6 s); it is
-started before the first test's leak snapshot and ended by PID at session end. Spark's Python
-workers are children of the JVM, not of pytest, so the leak guard does not see them. Records
-are read back with confluent-kafka (``support.reader``), not with anything of ours.
-
-The session runs ``local[2,2]``: two cores, and each task may run twice, so a failed task is
-retried as ``spark.task.maxFailures`` does on a cluster (plain ``local[N]`` never retries).
+One SparkSession serves every Spark test file (``spark``, from ``support.spark_fixtures``:
+``local[2,2]``, so a failed task is retried once). Records are read back with confluent-kafka
+(``support.reader``), not with anything of ours. The exactly-once mode's tests are in
+``test_spark_exactly_once.py`` (Apache Kafka: Tansu does not hide aborted records).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import shutil
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark import SparkContext, TaskContext
+from pyspark import TaskContext
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.functions import udf
 from pyspark.sql.types import (
@@ -41,7 +34,6 @@ from pyspark.sql.types import (
 from aiokprod.devbroker import TansuBroker
 from aiokprod.spark import (
     KafkaArrowWriter,
-    KafkaDataSource,
     KafkaSinkError,
     KafkaStreamRowWriter,
     SinkCommitMessage,
@@ -52,62 +44,6 @@ from support.reader import read_back
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()),
                                 StructField("value", BinaryType())]))
-
-
-def _require_java() -> None:
-    """Spark needs a JVM: skip without one, except under ``CI=true`` where that is a failure."""
-    java_home = os.environ.get("JAVA_HOME")
-    if shutil.which("java") or (java_home and Path(java_home, "bin", "java").exists()):
-        return
-    reason = "Spark needs Java 17+ (no `java` on PATH and no JAVA_HOME)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"Spark tests cannot run on CI: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """One local[2] SparkSession with our data source registered; the JVM ends with the session."""
-    _require_java()
-    saved = os.environ.get("PYSPARK_PYTHON")
-    # Spark's Python workers (data source planning, tasks) must run this venv's interpreter
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        # local[N, F]: each task may run F times, so a failed task is retried as on a cluster
-        SparkSession.builder.master("local[2,2]")
-        .appName("aiokprod-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(KafkaDataSource)
-    gateway = SparkContext._gateway
-    assert gateway is not None
-    jvm = gateway.proc
-    try:
-        yield session
-    finally:
-        try:
-            session.stop()
-            gateway.shutdown()
-        finally:
-            if jvm.stdin is not None:
-                jvm.stdin.close()  # the gateway JVM exits when its stdin closes
-            try:
-                jvm.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                jvm.kill()
-                jvm.wait(timeout=10)
-            SparkContext._gateway = None
-            SparkContext._jvm = None
-            if saved is None:
-                os.environ.pop("PYSPARK_PYTHON", None)
-            else:
-                os.environ["PYSPARK_PYTHON"] = saved
 
 
 def _save(df: DataFrame, bootstrap: str, topic: str | None = None, **options: str) -> None:
@@ -447,8 +383,9 @@ def test_missing_topic_is_rejected(spark: SparkSession) -> None:
     ({"kafka.linger.msx": "5"}, "Unknown configuration 'linger.msx'; did you mean 'linger.ms'?"),
     ({"lingerMs": "5"}, "unknown option 'lingerms'"),
     ({"kafka.linger.ms": "soon"}, "linger.ms"),
-    ({"transactional": "true"},
-     "option 'transactional'='true' is not supported: transactions are not supported yet"),
+    ({"transactional.id.prefix": "x"},
+     "options 'transactional.id.prefix' and 'transactional.marker.topic' need "
+     "'transactional'='true'"),
     ({"kafka.key.serializer": "x"}, "option 'kafka.key.serializer' is not supported"),
     ({"kafka.transactional.id": "x"}, "option 'kafka.transactional.id' is not supported"),
 ])

@@ -291,3 +291,56 @@ async def test_a_fenced_producer_leaves_its_transaction_block_with_producer_fenc
     records = read_back(kafka.bootstrap, topic, expected=1, settle=0.5,
                         isolation_level="read_committed")
     assert _values(records) == [b"committed"]
+
+
+async def test_committed_offsets_reads_what_committed_transactions_recorded(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int
+) -> None:
+    """``committed_offsets``: the last committed transaction's offsets, never an aborted
+    one's; an offset pending in an open transaction is waited for, not reported."""
+    sink = kafka_topic()
+    group = f"aiokprod-group-{uuid.uuid4().hex[:8]}"
+    marker = (sink, 0)  # Kafka refuses offsets of a topic it does not have
+    async with _producer(kafka, _txn_id()) as writer, \
+            Producer(bootstrap_servers=kafka.bootstrap, max_block_ms=10000) as reader:
+        assert await reader.committed_offsets(group, [marker, (sink, 1)]) == {
+            marker: None, (sink, 1): None}
+        async with writer.transaction():
+            await writer.send(sink, b"one")
+            await writer.send_offsets_to_transaction({marker: 5}, group)
+        assert await reader.committed_offsets(group, [marker]) == {marker: 5}
+        writer.begin_transaction()
+        await writer.send_offsets_to_transaction({marker: 9}, group)
+        await writer.abort_transaction()
+        assert await writer.committed_offsets(group, [marker]) == {marker: 5}
+        # a pending offset: the read waits for the transaction's outcome
+        writer.begin_transaction()
+        await writer.send(sink, b"two")
+        await writer.send_offsets_to_transaction({marker: 7}, group)
+        pending = asyncio.ensure_future(reader.committed_offsets(group, [marker]))
+        await asyncio.sleep(0.5)
+        assert not pending.done()
+        await writer.commit_transaction()
+        assert await asyncio.wait_for(pending, 10) == {marker: 7}
+        with pytest.raises(ValueError, match="group_id"):
+            await reader.committed_offsets("", [marker])
+
+
+async def test_committed_offsets_before_offset_fetch_v8(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OffsetFetch v7 (one group per request, before KIP-709's list of groups) reads the same."""
+    from aiokprod.protocol import OffsetFetchRequest
+    monkeypatch.setattr(OffsetFetchRequest, "MAX_VERSION", 7)
+    sink = kafka_topic(partitions=2)
+    group = f"aiokprod-group-{uuid.uuid4().hex[:8]}"
+    async with _producer(kafka, _txn_id()) as writer:
+        async with writer.transaction():
+            await writer.send(sink, b"one")
+            await writer.send_offsets_to_transaction({(sink, 1): 11}, group)
+        assert await writer.committed_offsets(group, [(sink, 0), (sink, 1)]) == {
+            (sink, 0): None, (sink, 1): 11}
+    monkeypatch.setattr(OffsetFetchRequest, "MAX_VERSION", 6)
+    async with Producer(bootstrap_servers=kafka.bootstrap, max_block_ms=5000) as reader:
+        with pytest.raises(KafkaError, match="require_stable"):
+            await reader.committed_offsets(group, [(sink, 1)])

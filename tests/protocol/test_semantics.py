@@ -118,7 +118,8 @@ def test_class_constants_and_registry() -> None:
     assert ProduceRequest.FIRST_FLEXIBLE_VERSION == 9
     assert SaslHandshakeRequest.FIRST_FLEXIBLE_VERSION is None
     assert ProduceRequest.RESPONSE_TYPE is ProduceResponse
-    assert sorted(API_BY_KEY) == [0, 3, 10, 17, 18, 19, 22, 24, 25, 26, 28, 36, 44, 61, 71, 72]
+    assert sorted(API_BY_KEY) == [0, 3, 9, 10, 17, 18, 19, 22, 24, 25, 26, 28, 36, 44, 61, 71,
+                                  72]
     for key, (req, resp) in API_BY_KEY.items():
         assert req.API_KEY == resp.API_KEY == key
         assert req.RESPONSE_TYPE is resp

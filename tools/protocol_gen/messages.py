@@ -32,6 +32,7 @@ APIS: tuple[str, ...] = (
     "IncrementalAlterConfigs",
     "GetTelemetrySubscriptions",
     "PushTelemetry",
+    "OffsetFetch",
 )
 HEADERS: tuple[str, ...] = ("RequestHeader", "ResponseHeader")
 
