@@ -400,7 +400,9 @@ class BrokerConnection:
     def version_for(self, request_type: type[KafkaRequest[Any]] | KafkaRequest[Any], *,
                     max_version: int | None = None) -> int:
         """The highest version of ``request_type`` both sides support."""
-        ours_max = request_type.MAX_VERSION if max_version is None else max_version
+        # a caller's cap never lifts the version past what the generated class can encode
+        ours_max = request_type.MAX_VERSION if max_version is None else min(
+            max_version, request_type.MAX_VERSION)
         theirs = self.broker_versions.get(request_type.API_KEY)
         if theirs is None:
             raise UnsupportedVersionError(
