@@ -34,6 +34,7 @@ __all__ = [
     "CompressionCodec",
     "DnsLookup",
     "EndpointIdentification",
+    "MetadataRecoveryStrategy",
     "PlainSettings",
     "ProducerSettings",
     "RecordingLevel",
@@ -48,6 +49,9 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 RecordingLevel = Literal["INFO", "DEBUG", "TRACE"]
 DnsLookup = Literal["use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"]
+# "rebootstrap": forget the known brokers and start over from bootstrap_servers (KIP-899);
+# "none": keep trying the brokers last known.
+MetadataRecoveryStrategy = Literal["rebootstrap", "none"]
 # "https" checks that the broker's certificate names the host dialled; "" does not.
 EndpointIdentification = Literal["https", ""]
 
@@ -105,6 +109,8 @@ class PlainSettings(TypedDict, total=False):
     metrics_num_samples: int
     metrics_recording_level: RecordingLevel
     client_dns_lookup: DnsLookup
+    metadata_recovery_strategy: MetadataRecoveryStrategy
+    metadata_recovery_rebootstrap_trigger_ms: int
 
 
 class ProducerSettings(PlainSettings, total=False):
