@@ -453,7 +453,8 @@ class Cluster:
         bound = self.request_timeout_ms / 1000
         if self._rebootstrap and self._failing_since is not None and self.view.brokers:
             left = self._failing_since + self.rebootstrap_trigger_ms / 1000 - now
-            bound = min(bound, max(left, 0.001))
+            if left > 0:  # (a trigger of 0 cuts nothing: the next attempt rebootstraps)
+                bound = min(bound, left)
         return bound
 
     def rebootstrap(self, reason: str) -> None:

@@ -543,6 +543,26 @@ async def test_rebootstrap_after_the_trigger_counted_from_the_first_failing_atte
         assert conn.port == 9011
 
 
+async def test_an_attempt_is_cut_at_the_trigger_but_a_trigger_of_zero_cuts_nothing() -> None:
+    """The bound of one refresh attempt: request.timeout.ms, or less where the trigger falls
+    due first; a trigger of 0 must not cut every attempt to nothing (a slow but healthy broker
+    could then never answer): its attempts keep request.timeout.ms and the next one
+    rebootstraps."""
+    net = one_broker_net()
+    for trigger, expected in ((400, 0.3), (0, 3.0), (60_000, 3.0)):
+        async with running(net, f"{H}:9001", start=False, request_timeout_ms=3000,
+                           rebootstrap_trigger_ms=trigger) as c:
+            await c.refresh_now(1000)
+            c._failing_since = 10.0  # the first failing attempt started at t=10
+            assert c._attempt_bound(10.1) == pytest.approx(expected), trigger
+            assert c._rebootstrap_due(10.5) is (trigger < 500)
+    async with running(net, f"{H}:9001", start=False, request_timeout_ms=3000,
+                       rebootstrap_trigger_ms=400, metadata_recovery_strategy="none") as c:
+        await c.refresh_now(1000)
+        c._failing_since = 10.0
+        assert c._attempt_bound(10.1) == 3.0 and not c._rebootstrap_due(99.0)
+
+
 async def test_no_rebootstrap_with_strategy_none_or_before_the_trigger() -> None:
     """Strategy none: a broker that never answers Metadata is asked again and again, past the
     trigger (each request timing out closes the link, and that node is retried after its
