@@ -40,6 +40,7 @@ ifneq ($(origin PYTHON),file)
 endif
 	$(PY) tools/gen_protocol.py --check
 	$(PY) tools/gen_config_docs.py --check
+	$(PY) tools/gen_error_docs.py --check
 	$(VENV)/bin/ruff check aiokprod tests tools benchmarks examples setup.py
 	$(VENV)/bin/mypy
 	$(MAKE) --no-print-directory test-other-pythons
@@ -83,6 +84,7 @@ kafka: $(STAMP)
 gen: $(STAMP)
 	$(PY) tools/gen_protocol.py
 	$(PY) tools/gen_config_docs.py
+	$(PY) tools/gen_error_docs.py
 
 # The documentation site (mkdocs.yml) into site/; --strict: a broken link, a page left out of the
 # nav or a docstring that does not render fails it. `$(VENV)/bin/mkdocs serve` previews it.

@@ -38,6 +38,7 @@ from aiokprod.settings import (
     CompressionCodec,
     DnsLookup,
     EndpointIdentification,
+    MetadataRecoveryStrategy,
     OAuthAssertionAlgorithm,
     OAuthGrantType,
     RecordingLevel,
@@ -83,6 +84,7 @@ _FLOAT_RANGES: dict[str, tuple[float, float]] = {
     "sasl_login_refresh_window_factor": (0.5, 1.0),
     "sasl_login_refresh_window_jitter": (0.0, 0.25),
 }
+_RECOVERY_STRATEGIES: tuple[str, ...] = get_args(MetadataRecoveryStrategy)
 _INT_MAX = 2**31 - 1
 _LONG_MAX = 2**63 - 1
 # Java's ZSTD level bounds (Zstd.minCompressionLevel() is -(1 << 17)).
@@ -141,6 +143,7 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "sasl_login_refresh_buffer_seconds": (0, 3600),
     "sasl_oauthbearer_assertion_claim_exp_seconds": (1, 86400),
     "sasl_oauthbearer_assertion_claim_nbf_seconds": (0, 3600),
+    "metadata_recovery_rebootstrap_trigger_ms": (0, _LONG_MAX),
 }
 _BOOLS = ("partitioner_ignore_keys", "partitioner_adaptive_partitioning_enable",
           "sasl_oauthbearer_header_urlencode", "sasl_oauthbearer_assertion_claim_jti_include",
@@ -457,6 +460,13 @@ class ProducerConfig:
     # use_all_dns_ips: try every address a host name resolves to, in turn;
     # resolve_canonical_bootstrap_servers_only: bootstrap names become their canonical names.
     client_dns_lookup: DnsLookup
+    # rebootstrap: when no known broker can be reached, or none gave metadata for
+    # metadata_recovery_rebootstrap_trigger_ms, or a broker answers REBOOTSTRAP_REQUIRED, forget
+    # the known brokers and start over from bootstrap_servers (KIP-899, KIP-1102); none: keep
+    # trying the brokers last known.
+    metadata_recovery_strategy: MetadataRecoveryStrategy
+    # With the rebootstrap strategy: how long metadata may keep failing before rebootstrapping.
+    metadata_recovery_rebootstrap_trigger_ms: int
     # Why idempotence was turned off although not disabled explicitly; None when it was not.
     idempotence_disabled_reason: str | None = field(default=None, init=False)
 
@@ -542,6 +552,8 @@ class ProducerConfig:
         metrics_recording_level: RecordingLevel = "INFO",
         enable_metrics_push: bool = True,
         client_dns_lookup: DnsLookup = "use_all_dns_ips",
+        metadata_recovery_strategy: MetadataRecoveryStrategy = "rebootstrap",
+        metadata_recovery_rebootstrap_trigger_ms: int = 300000,
     ) -> None:
         given: dict[str, Any] = {k: v for k, v in locals().items() if k != "self"}
         for name, (low, high) in _INT_RANGES.items():
@@ -568,6 +580,9 @@ class ProducerConfig:
             "metrics_recording_level", metrics_recording_level, _RECORDING_LEVELS, upper=True)
         given["client_dns_lookup"] = _parse_choice(
             "client_dns_lookup", client_dns_lookup, _DNS_LOOKUPS, upper=False)
+        given["metadata_recovery_strategy"] = _parse_choice(
+            "metadata_recovery_strategy", metadata_recovery_strategy, _RECOVERY_STRATEGIES,
+            upper=False)
         self._check_security(given)
         if transactional_id is not None and (
             not isinstance(transactional_id, str) or not transactional_id

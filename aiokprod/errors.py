@@ -21,6 +21,7 @@
           ├── ProtocolError                      malformed or truncated bytes from a broker
           ├── AuthenticationError                TLS or SASL authentication failed
           ├── ProducerClosedError                the producer is closed or closing
+          ├── TransactionAbortedError            a queued record dropped by abort_transaction()
           └── IllegalStateError                  (also RuntimeError) an illegal state transition
 
 Three timeouts, three meanings:
@@ -41,6 +42,12 @@ Two layers decide about retries: ``retriable`` on each class is the broker's (or
 client-side classes, this library's) view of whether the same operation may succeed later;
 ``producer.retry_policy`` makes the client's decision and may differ on purpose.
 
+Every class also carries ``category`` (:class:`ErrorCategory`, KIP-1050): retriable,
+abortable, application-recoverable, invalid-configuration or fatal — what the application
+should do about it. ``retriable`` and ``category`` agree: a class whose category is
+``RETRIABLE`` is retriable; the reverse fails only where this client does not retry what the
+broker calls retriable (``CorruptMessageError``). docs/api/errors.md tabulates them all.
+
 The per-code classes live in the generated ``aiokprod/_broker_errors.py``, written by
 ``tools/gen_protocol.py`` from ``tools/kafka-specs/kafka-error-codes.tsv``: edit the table and
 regenerate (``make gen``) rather than editing them. This module re-exports all of them, so
@@ -52,7 +59,7 @@ from __future__ import annotations
 from aiokprod import _broker_errors
 from aiokprod._broker_errors import *  # noqa: F403  (one class per error code, re-exported)
 from aiokprod._broker_errors import BROKER_ERRORS_BY_CODE, InvalidTopicError
-from aiokprod._error_base import BrokerResponseError, KafkaError
+from aiokprod._error_base import BrokerResponseError, ErrorCategory, KafkaError
 from aiokprod._error_codes import ErrorCode
 
 __all__ = [
@@ -61,6 +68,7 @@ __all__ = [
     "BufferExhaustedError",
     "ClientRequestTimeoutError",
     "ConfigError",
+    "ErrorCategory",
     "IllegalStateError",
     "IllegalTopicNameError",
     "KafkaConnectionError",
@@ -71,6 +79,7 @@ __all__ = [
     "RecordTooLargeError",
     "RequestTimeoutError",
     "SerializationError",
+    "TransactionAbortedError",
     "UnrecognizedBrokerError",
     "error_for_code",
     "raise_for_error_code",
@@ -83,12 +92,14 @@ class UnrecognizedBrokerError(BrokerResponseError):
     subclass per such code so the number survives to the caller."""
 
     retriable = False
+    category = ErrorCategory.ABORTABLE
 
 
 class ConfigError(KafkaError, ValueError):
     """The producer configuration is invalid; raised before anything is sent."""
 
     retriable = False
+    category = ErrorCategory.INVALID_CONFIGURATION
     message = "Invalid producer configuration."
 
 
@@ -96,6 +107,7 @@ class SerializationError(KafkaError, ValueError):
     """A key or value serializer failed or returned something other than bytes."""
 
     retriable = False
+    category = ErrorCategory.ABORTABLE
     message = "Could not serialize the record."
 
 
@@ -106,6 +118,7 @@ class RecordTooLargeError(KafkaError, ValueError):
     """
 
     retriable = False
+    category = ErrorCategory.ABORTABLE
     message = "The record is larger than the producer can ever send."
 
 
@@ -118,6 +131,7 @@ class KafkaTimeoutError(KafkaError, TimeoutError):
     """
 
     retriable = True
+    category = ErrorCategory.RETRIABLE
     message = "The operation timed out."
 
 
@@ -149,6 +163,7 @@ class KafkaConnectionError(KafkaError, ConnectionError):
     may succeed."""
 
     retriable = True
+    category = ErrorCategory.RETRIABLE
     message = "Connection to the broker failed."
 
     def __init__(
@@ -174,6 +189,7 @@ class ProtocolError(KafkaError):
     """
 
     retriable = False
+    category = ErrorCategory.ABORTABLE
     message = "Malformed data received from the broker."
 
 
@@ -181,13 +197,25 @@ class ProducerClosedError(KafkaError):
     """The producer is closed or closing and accepts no more records."""
 
     retriable = False
+    category = ErrorCategory.FATAL
     message = "The producer is closed."
+
+
+class TransactionAbortedError(KafkaError):
+    """The record was never sent: its transaction was aborted while it was still queued
+    (Java's ``TransactionAbortedException``, KIP-654). Nothing to handle beyond the abort
+    itself; the producer carries on with the next transaction."""
+
+    retriable = False
+    category = ErrorCategory.ABORTABLE
+    message = "The transaction was aborted before the record was sent."
 
 
 class IllegalStateError(KafkaError, RuntimeError):
     """A state machine was asked for a transition its table does not allow; a bug or misuse."""
 
     retriable = False
+    category = ErrorCategory.FATAL
     message = "Illegal state transition."
 
 
@@ -242,5 +270,6 @@ class AuthenticationError(KafkaError):
     """
 
     retriable = False
+    category = ErrorCategory.INVALID_CONFIGURATION
     message = "Authentication with the broker failed."
 

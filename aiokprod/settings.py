@@ -35,6 +35,7 @@ __all__ = [
     "CompressionCodec",
     "DnsLookup",
     "EndpointIdentification",
+    "MetadataRecoveryStrategy",
     "OAuthAssertionAlgorithm",
     "OAuthGrantType",
     "PlainSettings",
@@ -51,6 +52,9 @@ SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 RecordingLevel = Literal["INFO", "DEBUG", "TRACE"]
 DnsLookup = Literal["use_all_dns_ips", "resolve_canonical_bootstrap_servers_only"]
+# "rebootstrap": forget the known brokers and start over from bootstrap_servers (KIP-899);
+# "none": keep trying the brokers last known.
+MetadataRecoveryStrategy = Literal["rebootstrap", "none"]
 # "https" checks that the broker's certificate names the host dialled; "" does not.
 EndpointIdentification = Literal["https", ""]
 # The built-in OAUTHBEARER login's grants (KIP-768, KIP-1139) and assertion signatures.
@@ -138,6 +142,8 @@ class PlainSettings(TypedDict, total=False):
     metrics_recording_level: RecordingLevel
     enable_metrics_push: bool
     client_dns_lookup: DnsLookup
+    metadata_recovery_strategy: MetadataRecoveryStrategy
+    metadata_recovery_rebootstrap_trigger_ms: int
 
 
 class ProducerSettings(PlainSettings, total=False):

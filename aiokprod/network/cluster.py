@@ -37,6 +37,7 @@ from aiokprod.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    RebootstrapRequiredError,
     error_for_code,
 )
 from aiokprod.network.connection import BrokerConnection, TransportConnector
@@ -97,6 +98,8 @@ class ClusterStatistics:
     expired_topics: int = 0
     # connection attempts that failed (refused, set-up timeout, handshake error)
     failed_connects: int = 0
+    # times the known brokers were forgotten for the bootstrap servers (KIP-899, KIP-1102)
+    rebootstraps: int = 0
 
 
 class _NodeLink:
@@ -129,6 +132,8 @@ class Cluster:
         send_buffer_bytes: int = 131072,
         receive_buffer_bytes: int = 32768,
         dial_stagger_ms: float = 250.0,
+        metadata_recovery_strategy: str = "rebootstrap",
+        rebootstrap_trigger_ms: int = 300000,
         connector: TransportConnector | None = None,
         security: SecurityOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -144,6 +149,15 @@ class Cluster:
         self._socket_buffers = (send_buffer_bytes, receive_buffer_bytes)
         # while every attempt under way is older than this, one more node may be dialled
         self._dial_stagger = dial_stagger_ms / 1000
+        # metadata.recovery.strategy: "rebootstrap" forgets the known brokers for the
+        # bootstrap servers when they all fail (KIP-899), when metadata kept failing for
+        # metadata.recovery.rebootstrap.trigger.ms, or on REBOOTSTRAP_REQUIRED (KIP-1102);
+        # "none" keeps dialling the brokers last known
+        if metadata_recovery_strategy not in ("rebootstrap", "none"):
+            raise ValueError(f"metadata_recovery_strategy must be rebootstrap or none, got "
+                             f"{metadata_recovery_strategy!r}")
+        self._rebootstrap = metadata_recovery_strategy == "rebootstrap"
+        self.rebootstrap_trigger_ms = rebootstrap_trigger_ms
         self._connector = connector
         self._security = security
         # the latest TLS/SASL failure, until a connection authenticates: waiters fail with it
@@ -184,6 +198,11 @@ class Cluster:
         self._departed_closed = 0
         self._expired_topics = 0
         self._failed_connects = 0
+        self._rebootstraps = 0
+        # when the first metadata attempt since the last success started (None: the last one
+        # succeeded); metadata.recovery.rebootstrap.trigger.ms counts from it, so a refresh
+        # that is merely due never counts as failing (KIP-1102)
+        self._failing_since: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         # set by fail(): the producer is fatal and waiters must stop waiting
@@ -405,15 +424,75 @@ class Cluster:
             if since < backoff:
                 await asyncio.sleep(backoff - since)
             self._update_requested.clear()
-            self._last_attempt = self._clock()
+            now = self._last_attempt = self._clock()
+            if self._failing_since is None:
+                self._failing_since = now
+            elif self._rebootstrap_due(now):
+                self.rebootstrap(
+                    f"no metadata for metadata.recovery.rebootstrap.trigger.ms="
+                    f"{self.rebootstrap_trigger_ms}: {self._last_error}")
             try:
-                await asyncio.wait_for(self._refresh_once(), self.request_timeout_ms / 1000)
+                await asyncio.wait_for(self._refresh_once(), self._attempt_bound(now))
             except (KafkaError, OSError, asyncio.TimeoutError) as exc:
                 self._failures += 1
                 self._last_error = exc
                 log.debug("[client %s] metadata refresh failed: %s", self.client_id, exc)
                 self._update_requested.set()  # try again after the backoff
                 self._signal_waiters()
+
+    def _rebootstrap_due(self, now: float) -> bool:
+        """Metadata has failed for metadata.recovery.rebootstrap.trigger.ms while brokers are
+        known (with none known, the bootstrap servers are in use already)."""
+        return (self._rebootstrap and self._failing_since is not None and bool(self.view.brokers)
+                and now - self._failing_since >= self.rebootstrap_trigger_ms / 1000)
+
+    def _attempt_bound(self, now: float) -> float:
+        """Seconds one refresh attempt may take: request.timeout.ms, cut short where the
+        rebootstrap trigger falls due first so an attempt on a hung broker cannot hold the
+        rebootstrap back by up to request.timeout.ms."""
+        bound = self.request_timeout_ms / 1000
+        if self._rebootstrap and self._failing_since is not None and self.view.brokers:
+            left = self._failing_since + self.rebootstrap_trigger_ms / 1000 - now
+            if left > 0:  # (a trigger of 0 cuts nothing: the next attempt rebootstraps)
+                bound = min(bound, left)
+        return bound
+
+    def rebootstrap(self, reason: str) -> None:
+        """Forget every broker the metadata named and start over from bootstrap.servers.
+
+        Java's ``Metadata.rebootstrap`` (KIP-899): the brokers may all have moved (a cluster
+        replaced behind the same bootstrap name or load balancer), so the addresses we know
+        lead nowhere, while the bootstrap servers lead to whatever serves the cluster now.
+        Every connection is closed — to known brokers and to bootstrap servers alike, as the
+        Java client does — so the next dial resolves the bootstrap names again; requests in
+        flight fail with a retriable connection error and are retried once metadata names
+        the brokers again. Topic metadata stays (leaders on nodes without a link ask for
+        fresh metadata), so queued batches wait instead of failing.
+        """
+        log.info("[client %s] rebootstrapping with bootstrap.servers %s: %s", self.client_id,
+                 ",".join(f"{h}:{p}" for h, p in self._bootstrap), reason)
+        error = KafkaConnectionError(f"[client {self.client_id}] connection closed: "
+                                     f"rebootstrapping ({reason})")
+        for node_id, link in list(self._links.items()):
+            if link.connecting is not None:
+                link.connecting.cancel()
+                link.connecting = None
+            conn, link.connection = link.connection, None
+            if conn is not None:
+                conn.close(error)
+            del self._links[node_id]
+            self._states.remove(node_id)
+        # fresh link objects: an attempt being cancelled above finds its link gone and leaves
+        # the new one's backoff alone
+        for i, addr in enumerate(self._bootstrap):
+            self._links[-(i + 1)] = _NodeLink(addr)
+        view = self.view
+        self.view = ClusterView({}, view.topics, None, -1, view.topic_errors)
+        self._rebootstraps += 1
+        self._failing_since = self._clock()  # the bootstrap servers get a whole trigger period
+        self.request_update()
+        self._notify_change()
+        self._signal_links()
 
     async def _sleep_until_requested(self, timeout: float) -> None:
         """Wait until a refresh or a housekeeping pass is requested, at most ``timeout``."""
@@ -440,6 +519,14 @@ class Cluster:
         else:
             request = MetadataRequest(topics=[], allow_auto_topic_creation=True)
         response = await conn.request(request, version=version)
+        code = getattr(response, "error_code", 0)  # top level, Metadata v13+ (KIP-1102)
+        if code:
+            err = error_for_code(code)
+            if err is RebootstrapRequiredError and self._rebootstrap:
+                self.rebootstrap(f"node {conn.node_id} answered Metadata with "
+                                 f"REBOOTSTRAP_REQUIRED")
+            raise err(f"[client {self.client_id}] Metadata from node {conn.node_id}: "
+                      f"{err.message}")
         self._apply_metadata(response)
 
     def _apply_metadata(self, response: MetadataResponse) -> None:
@@ -454,6 +541,7 @@ class Cluster:
         self._refreshes += 1
         self._last_refresh = self._clock()
         self._last_error = None
+        self._failing_since = None
         if any(code in _WAIT_TOPIC_ERRORS and topic in self._waiters
                for topic, code in view.topic_errors.items()):
             # keep looking while a send waits for the topic (not after it gave up)
@@ -708,12 +796,24 @@ class Cluster:
             await self._wait_links_changed(min(wakeups))
 
     def _candidates(self, now: float) -> list[Candidate]:
-        """Known brokers; the bootstrap servers when none is known or none is usable."""
+        """Known brokers; the bootstrap servers while none is known.
+
+        When every known broker is unusable at once (backing off after failures, none
+        connecting or connected), metadata.recovery.strategy decides: ``rebootstrap`` forgets
+        them and the bootstrap servers are the candidates (Java's ``NetworkClient``
+        rebootstraps when ``leastLoadedNode`` finds no node available); ``none`` keeps them,
+        and the caller waits for a backoff to elapse.
+        """
         brokers = [n for n in self._links if n >= 0 and n in self.view.brokers]
         found = [self._candidate(n, now) for n in brokers]
-        if found and any(c.ready or c.connecting or c.can_connect for c in found):
-            return found
-        return found + [self._candidate(n, now) for n in self._links if n < 0]
+        if found:
+            if any(c.ready or c.connecting or c.can_connect for c in found) or any(
+                    self._links[c.node_id].connection is not None for c in found) or \
+                    not self._rebootstrap:
+                return found  # a write-paused connection still counts: it resumes
+            self.rebootstrap("no known broker can be reached: " + "; ".join(
+                f"node {c.node_id}: {self._links[c.node_id].last_error}" for c in found))
+        return [self._candidate(n, now) for n in self._links if n < 0]
 
     def _candidate(self, node_id: int, now: float) -> Candidate:
         link = self._links[node_id]
@@ -854,6 +954,7 @@ class Cluster:
             departed_closed=self._departed_closed,
             expired_topics=self._expired_topics,
             failed_connects=self._failed_connects,
+            rebootstraps=self._rebootstraps,
         )
 
     def __repr__(self) -> str:

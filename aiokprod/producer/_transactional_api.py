@@ -20,6 +20,7 @@ from aiokprod.errors import (
     KafkaTimeoutError,
     ProducerFencedError,
     TransactionAbortableError,
+    TransactionAbortedError,
 )
 from aiokprod.network.cluster import Cluster
 from aiokprod.producer.accumulator import RecordAccumulator
@@ -151,7 +152,7 @@ class TransactionalApi:
         started = time.perf_counter_ns()
         try:
             txn.fire(TxnEvent.ABORT_STARTED)
-            sender.abort_queued_batches(KafkaError(
+            sender.abort_queued_batches(TransactionAbortedError(
                 f"transaction aborted: the record was not sent (transactional.id "
                 f"{txn.transactional_id!r})"))
             await self._await_batches(deadline, "abort_transaction()")

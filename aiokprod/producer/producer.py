@@ -153,6 +153,8 @@ class Producer(TransactionalApi):
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             send_buffer_bytes=cfg.send_buffer_bytes,
             receive_buffer_bytes=cfg.receive_buffer_bytes,
+            metadata_recovery_strategy=cfg.metadata_recovery_strategy,
+            rebootstrap_trigger_ms=cfg.metadata_recovery_rebootstrap_trigger_ms,
             security=options_from_config(cfg), clock=clock)
         self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size, clock=clock,
                                 metrics=self._metrics, on_wait=self._wakeup)

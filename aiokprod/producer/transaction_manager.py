@@ -215,7 +215,7 @@ class TransactionManager:
                 self._idem.state is not ProducerIdState.FATAL:
             # idempotence asked for a new epoch mid-transaction: only an abort (and the bump
             # after it) can give one; the records already sent belong to this epoch
-            self.become_abortable(KafkaError(
+            self.become_abortable(TransactionAbortableError(
                 "the producer epoch must be bumped (a sequence error); abort the transaction"))
             return False
         if self.transaction_version >= 2:

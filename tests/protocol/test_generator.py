@@ -173,3 +173,37 @@ def test_a_hand_written_error_class_may_not_share_a_generated_name(
     assert run(gen, "--check", "--root", str(tree_copy)) == 2
     assert "NotLeaderOrFollowerError for NOT_LEADER_OR_FOLLOWER collides" in (
         capsys.readouterr().err)
+
+
+def _categories_table(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "error-categories.tsv"
+    path.write_text("name\tcategory\twhy\n" + "".join(f"{line}\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize(("line", "complaint"), [
+    ("NOT_A_CODE\tfatal\tbecause", "no error code named"),
+    ("PRODUCER_FENCED\tdoomed\tbecause", "category must be one of"),
+    ("PRODUCER_FENCED\tretriable\tbecause", "not retriable for the broker"),
+    ("PRODUCER_FENCED\tfatal\t ", "say why"),
+])
+def test_the_category_table_is_checked(gen: ModuleType, tree_copy: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str], line: str,
+                                       complaint: str) -> None:
+    """Each override names a real code, a KIP-1050 category and why; it may not call a code
+    retriable that the broker deems not (``category`` and ``retriable`` would disagree)."""
+    table = _categories_table(tmp_path, line)
+    assert run(gen, "--check", "--root", str(tree_copy), "--error-categories", str(table)) == 2
+    assert complaint in capsys.readouterr().err
+
+
+def test_a_changed_category_changes_the_generated_class(gen: ModuleType, tree_copy: Path,
+                                                        tmp_path: Path) -> None:
+    """Without the overrides, PRODUCER_FENCED falls back to the default (abortable, as any
+    code the broker deems not retriable), and --check notices."""
+    table = _categories_table(tmp_path)
+    assert run(gen, "--check", "--root", str(tree_copy), "--error-categories", str(table)) == 1
+    assert run(gen, "--root", str(tree_copy), "--error-categories", str(table)) == 0
+    text = (tree_copy / "aiokprod/_broker_errors.py").read_text()
+    fenced = text[text.index("class ProducerFencedError"):]
+    assert "category = ErrorCategory.ABORTABLE" in fenced[:fenced.index("message =")]

@@ -97,6 +97,9 @@ class ScriptedNode:
     # a Produce write pauses the transport, as a real one does when its buffer passes the
     # high-water mark inside ``write`` (the test resumes it)
     pause_on_produce: bool = False
+    # a non-zero top-level error code this node answers Metadata with (v13+, KIP-1102), e.g.
+    # 129 REBOOTSTRAP_REQUIRED
+    metadata_error: int = 0
     requests: list[ScriptedRequest] = field(default_factory=list)
     transports: list[MemoryTransport] = field(default_factory=list)
     connect_attempts: int = 0
@@ -175,6 +178,8 @@ class MemoryTransport(asyncio.Transport):
             return
         if api_key == API_VERSIONS:
             answer: Any = api_versions_response()
+        elif api_key == METADATA and node.metadata_error:
+            answer = MetadataResponse(error_code=node.metadata_error, brokers=[], topics=[])
         elif api_key == METADATA:
             answer = self._network.cluster.metadata(req)
         elif api_key == INIT_PRODUCER_ID:

@@ -452,23 +452,168 @@ async def test_lost_connection_reconnects_after_the_backoff() -> None:
         assert again.connected and 0.1 < time.monotonic() - start < 0.8
 
 
-async def test_all_brokers_down_falls_back_to_bootstrap_and_recovers() -> None:
+async def test_all_brokers_down_with_strategy_none_keeps_dialling_them() -> None:
+    """metadata.recovery.strategy=none: the bootstrap server is never asked again; the known
+    broker is dialled once per backoff and serves again once it is back."""
     net = ScriptedNetwork()
     broker = net.node(9001, broker_id=1)
+    boot = net.node(9000)
+    async with running(net, f"{H}:9000", metadata_max_age_ms=60_000,
+                       reconnect_backoff_ms=20, reconnect_backoff_max_ms=50,
+                       metadata_recovery_strategy="none") as c:
+        await eventually(lambda: set(c.view.brokers) == {1})
+        await c.connection(1)
+        bootstrap_dials = boot.connect_attempts
+        broker.mode = "refuse"
+        for t in broker.open_transports():
+            t.server_close()
+        await asyncio.sleep(0.3)
+        assert broker.connect_attempts >= 2
+        assert boot.connect_attempts == bootstrap_dials
+        assert c.statistics().rebootstraps == 0 and set(c.view.brokers) == {1}
+        broker.mode = "answer"
+        await eventually(lambda: c.ready_connection(1) is not None, 2.0)
+        refreshes = c.statistics().metadata_refreshes
+        c.request_update()
+        await eventually(lambda: c.statistics().metadata_refreshes > refreshes, 2.0)
+        assert boot.connect_attempts == bootstrap_dials
+
+
+async def test_all_brokers_down_rebootstraps_and_finds_them_at_new_addresses() -> None:
+    """metadata.recovery.strategy=rebootstrap (KIP-899): once every known broker refuses, they
+    are forgotten and the bootstrap server — which now names the broker at a new address —
+    serves the metadata."""
+    net = ScriptedNetwork()
+    old = net.node(9001, broker_id=1)
     boot = net.node(9000)
     async with running(net, f"{H}:9000", metadata_max_age_ms=60_000,
                        reconnect_backoff_ms=20, reconnect_backoff_max_ms=50) as c:
         await eventually(lambda: set(c.view.brokers) == {1})
         await c.connection(1)
-        broker.mode = "refuse"
-        boot.mode = "refuse"
-        for t in broker.open_transports():
+        old.mode = "refuse"
+        for t in old.open_transports():
             t.server_close()
-        await asyncio.sleep(0.3)
-        failures = c.statistics().metadata_failures
-        assert broker.connect_attempts >= 2 and boot.connect_attempts >= 2
-        broker.mode = "answer"
-        await eventually(lambda: c.ready_connection(1) is not None, 2.0)
-        c.request_update()
-        await eventually(lambda: c.statistics().metadata_refreshes >= 2, 2.0)
-        assert c.statistics().metadata_failures >= failures
+        new = net.node(9011, broker_id=1)  # the cluster moved: node 1 listens elsewhere
+        await eventually(lambda: c.links().get(1) == (H, 9011), 2.0)
+        assert c.statistics().rebootstraps == 1
+        assert boot.count(METADATA) >= 2
+        conn = await c.connection(1, 1000)
+        assert conn.port == 9011 and new.connect_attempts == 1
+        # the dead address is forgotten: not dialled again
+        attempts = old.connect_attempts
+        await asyncio.sleep(0.2)
+        assert old.connect_attempts == attempts
+
+
+def _moved_cluster(net: ScriptedNetwork) -> tuple[Any, Any]:
+    """Node 1 at 9001 keeps its connections but never answers Metadata; the bootstrap server
+    at 9000 names node 1 at 9011 from now on."""
+    stale = net.nodes[(H, 9001)]
+    stale.ignore = {METADATA}
+    new = net.node(9011, broker_id=1)
+    return stale, new
+
+
+async def test_rebootstrap_after_the_trigger_counted_from_the_first_failing_attempt() -> None:
+    """metadata.recovery.rebootstrap.trigger.ms (KIP-1102): a broker that keeps its connection
+    but gives no metadata is left after the trigger, counted from the first attempt that
+    failed, not from the last success (a refresh merely falling due is not a failure), and an
+    attempt hanging on that broker is cut at the trigger, not at request.timeout.ms."""
+    net = ScriptedNetwork()
+    net.node(9001, broker_id=1)
+    boot = net.node(9000)
+    net.cluster.add_topic("t", {0: 1})
+    async with running(net, f"{H}:9000", metadata_max_age_ms=800, request_timeout_ms=5000,
+                       rebootstrap_trigger_ms=400) as c:
+        await eventually(lambda: set(c.view.brokers) == {1})
+        await c.wait_for_topic("t", 1000)
+        await c.connection(1)
+        assert boot.count(METADATA) == 1
+        ok_at = time.monotonic() - c.metadata_age()
+        _moved_cluster(net)
+        # the next refresh falls due 800 ms after the last success and hangs on node 1; the
+        # rebootstrap comes 400 ms after that attempt started (not 400 ms after the success,
+        # and not after request.timeout.ms=5000)
+        await eventually(lambda: c.statistics().rebootstraps == 1, 3.0)
+        after_success = time.monotonic() - ok_at
+        assert 1.1 < after_success < 1.7, after_success
+        await eventually(lambda: c.links().get(1) == (H, 9011), 1.0)
+        assert boot.count(METADATA) == 2
+        conn = await c.connection(1, 1000)
+        assert conn.port == 9011
+
+
+async def test_an_attempt_is_cut_at_the_trigger_but_a_trigger_of_zero_cuts_nothing() -> None:
+    """The bound of one refresh attempt: request.timeout.ms, or less where the trigger falls
+    due first; a trigger of 0 must not cut every attempt to nothing (a slow but healthy broker
+    could then never answer): its attempts keep request.timeout.ms and the next one
+    rebootstraps."""
+    net = one_broker_net()
+    for trigger, expected in ((400, 0.3), (0, 3.0), (60_000, 3.0)):
+        async with running(net, f"{H}:9001", start=False, request_timeout_ms=3000,
+                           rebootstrap_trigger_ms=trigger) as c:
+            await c.refresh_now(1000)
+            c._failing_since = 10.0  # the first failing attempt started at t=10
+            assert c._attempt_bound(10.1) == pytest.approx(expected), trigger
+            assert c._rebootstrap_due(10.5) is (trigger < 500)
+    async with running(net, f"{H}:9001", start=False, request_timeout_ms=3000,
+                       rebootstrap_trigger_ms=400, metadata_recovery_strategy="none") as c:
+        await c.refresh_now(1000)
+        c._failing_since = 10.0
+        assert c._attempt_bound(10.1) == 3.0 and not c._rebootstrap_due(99.0)
+
+
+async def test_no_rebootstrap_with_strategy_none_or_before_the_trigger() -> None:
+    """Strategy none: a broker that never answers Metadata is asked again and again, past the
+    trigger (each request timing out closes the link, and that node is retried after its
+    backoff). Strategy rebootstrap: an attempt still within request.timeout.ms and the trigger
+    changes nothing."""
+    cases: list[dict[str, Any]] = [
+        {"metadata_recovery_strategy": "none", "rebootstrap_trigger_ms": 300,
+         "request_timeout_ms": 300},
+        {"rebootstrap_trigger_ms": 60_000, "request_timeout_ms": 5000},
+    ]
+    for kwargs in cases:
+        net = ScriptedNetwork()
+        net.node(9001, broker_id=1)
+        boot = net.node(9000)
+        async with running(net, f"{H}:9000", metadata_max_age_ms=60_000, **kwargs) as c:
+            await eventually(lambda c=c: set(c.view.brokers) == {1})
+            await c.connection(1)
+            stale, _ = _moved_cluster(net)
+            c.request_update()
+            await asyncio.sleep(1.2)
+            s = c.statistics()
+            assert s.rebootstraps == 0, (kwargs, s)
+            assert boot.count(METADATA) == 1 and c.links().get(1) == (H, 9001)
+            assert stale.count(METADATA) >= (2 if kwargs["request_timeout_ms"] == 300 else 1)
+
+
+async def test_rebootstrap_required_answer_rebootstraps_at_once() -> None:
+    """A Metadata answer whose top-level error is REBOOTSTRAP_REQUIRED (code 129, Metadata
+    v13, KIP-1102) makes the client rebootstrap at once: every connection is closed and the
+    bootstrap server is asked next. With strategy none it is a failed refresh, nothing more."""
+    for strategy in ("rebootstrap", "none"):
+        net = ScriptedNetwork()
+        stale = net.node(9001, broker_id=1)
+        boot = net.node(9000)
+        async with running(net, f"{H}:9000", metadata_max_age_ms=60_000,
+                           metadata_recovery_strategy=strategy) as c:
+            await eventually(lambda c=c: set(c.view.brokers) == {1})
+            conn = await c.connection(1)
+            stale.metadata_error = 129
+            new = net.node(9011, broker_id=1)
+            start = time.monotonic()
+            c.request_update()
+            if strategy == "rebootstrap":
+                await eventually(lambda c=c: c.links().get(1) == (H, 9011), 1.0)
+                assert time.monotonic() - start < 0.5
+                assert c.statistics().rebootstraps == 1 and not conn.connected
+                assert [r.api_version for r in stale.requests if r.api_key == METADATA][-1] == 13
+                assert boot.count(METADATA) == 2
+                assert (await c.connection(1, 1000)).port == 9011
+            else:
+                await eventually(lambda c=c: c.statistics().metadata_failures >= 2, 2.0)
+                assert "REBOOTSTRAP_REQUIRED" in str(c._last_error)
+                assert c.statistics().rebootstraps == 0 and conn.connected
+                assert boot.count(METADATA) == 1 and new.connect_attempts == 0

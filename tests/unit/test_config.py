@@ -92,6 +92,8 @@ JAVA_DEFAULTS: dict[str, object] = {
     "metrics.recording.level": "INFO",
     "enable.metrics.push": True,
     "client.dns.lookup": "use_all_dns_ips",
+    "metadata.recovery.strategy": "rebootstrap",  # Java's default since 4.0 (KIP-1102)
+    "metadata.recovery.rebootstrap.trigger.ms": 300000,
 }
 
 
@@ -398,3 +400,17 @@ def test_from_mapping_bad_strings_and_duplicates() -> None:
         )
     with pytest.raises(ConfigError, match="given twice"):
         ProducerConfig.from_mapping({"bootstrap.servers": BOOT, "linger.ms": 1, "linger_ms": 2})
+
+
+def test_metadata_recovery_settings() -> None:
+    cfg = ProducerConfig(bootstrap_servers=BOOT, metadata_recovery_strategy=" NONE ",
+                         metadata_recovery_rebootstrap_trigger_ms=0)
+    assert cfg.metadata_recovery_strategy == "none"
+    assert cfg.metadata_recovery_rebootstrap_trigger_ms == 0
+    with pytest.raises(ConfigError, match=r"metadata\.recovery\.strategy"):
+        ProducerConfig(bootstrap_servers=BOOT, metadata_recovery_strategy="rebootstrap_now")
+    with pytest.raises(ConfigError, match=r"metadata\.recovery\.rebootstrap\.trigger\.ms"):
+        ProducerConfig(bootstrap_servers=BOOT, metadata_recovery_rebootstrap_trigger_ms=-1)
+    java = ProducerConfig.from_mapping({"bootstrap.servers": BOOT,
+                                        "metadata.recovery.strategy": "none"})
+    assert java.metadata_recovery_strategy == "none"

@@ -11,12 +11,19 @@ from pathlib import Path
 from .error_classes import generate_errors
 from .messages import generate_protocol
 from .model import SpecError
-from .paths import DEFAULT_ERROR_CODES, DEFAULT_SPECS, GENERATED_DIR, REPO
+from .paths import (
+    DEFAULT_ERROR_CATEGORIES,
+    DEFAULT_ERROR_CODES,
+    DEFAULT_SPECS,
+    GENERATED_DIR,
+    REPO,
+)
 
 
-def generate_all(specs: Path, tsv: Path, root: Path) -> dict[Path, str]:
+def generate_all(specs: Path, tsv: Path, root: Path,
+                 categories: Path = DEFAULT_ERROR_CATEGORIES) -> dict[Path, str]:
     files = generate_protocol(specs)
-    files.update(generate_errors(tsv, root))
+    files.update(generate_errors(tsv, root, categories))
     return files
 
 
@@ -32,12 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--specs", type=Path, default=DEFAULT_SPECS)
     parser.add_argument("--error-codes", type=Path, default=DEFAULT_ERROR_CODES)
+    parser.add_argument("--error-categories", type=Path, default=DEFAULT_ERROR_CATEGORIES)
     parser.add_argument("--root", type=Path, default=REPO, help="repository root to write into")
     parser.add_argument("--check", action="store_true", help="fail if the output would change")
     args = parser.parse_args(argv)
     root: Path = args.root
     try:
-        files = generate_all(args.specs, args.error_codes, root)
+        files = generate_all(args.specs, args.error_codes, root, args.error_categories)
     except SpecError as exc:
         print(f"gen_protocol: {exc}", file=sys.stderr)
         return 2

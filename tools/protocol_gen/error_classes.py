@@ -13,12 +13,21 @@ import textwrap
 from pathlib import Path
 
 from .emitter import Emitter, banner
-from .error_codes import ErrorRow, load_error_codes, render_error_codes
+from .error_codes import (
+    CategoryRow,
+    ErrorRow,
+    category_of,
+    load_error_categories,
+    load_error_codes,
+    render_error_codes,
+)
 from .model import SpecError
 from .paths import BROKER_ERRORS_FILE, ERROR_CODES_FILE, HAND_WRITTEN_ERROR_FILES
 
 
-def render_broker_errors(rows: list[ErrorRow], hand_written: set[str], source: str) -> str:
+def render_broker_errors(rows: list[ErrorRow], hand_written: set[str], source: str,
+                         categories: dict[str, CategoryRow] | None = None,
+                         categories_source: str | None = None) -> str:
     names: list[str] = []
     for r in rows:
         if r.code == 0:
@@ -26,8 +35,9 @@ def render_broker_errors(rows: list[ErrorRow], hand_written: set[str], source: s
         if r.class_name in hand_written or r.class_name in names:
             raise SpecError(f"error class name {r.class_name} for {r.name} collides")
         names.append(r.class_name)
+    table = categories or {}
     em = Emitter()
-    for line in banner([source], []):
+    for line in banner([source], [categories_source] if categories_source else []):
         em(line)
     em()
     em('"""One exception class per Kafka error code, each a ``BrokerResponseError``.')
@@ -38,7 +48,7 @@ def render_broker_errors(rows: list[ErrorRow], hand_written: set[str], source: s
     em()
     em("from __future__ import annotations")
     em()
-    em("from aiokprod._error_base import BrokerResponseError")
+    em("from aiokprod._error_base import BrokerResponseError, ErrorCategory")
     em("from aiokprod._error_codes import ErrorCode")
     em()
     em("__all__ = [")
@@ -55,7 +65,9 @@ def render_broker_errors(rows: list[ErrorRow], hand_written: set[str], source: s
         with em.indent():
             java = f" (Java {r.java})" if r.java else ""
             flag = "retriable" if r.retriable else "not retriable"
-            doc = f"{r.name}, code {r.code}{java}; {flag}."
+            cat = category_of(r, table)
+            why = f": {cat.why}" if cat.why else ""
+            doc = f"{r.name}, code {r.code}{java}; {flag}; category {cat.category}{why}."
             wrapped = textwrap.wrap(doc, width=88)
             if len(wrapped) == 1:
                 em(f'"""{wrapped[0]}"""')
@@ -67,6 +79,7 @@ def render_broker_errors(rows: list[ErrorRow], hand_written: set[str], source: s
             em()
             em(f"code = {r.code}")
             em(f"retriable = {r.retriable!r}")
+            em(f"category = ErrorCategory.{cat.category.upper()}")
             em(f"error_code = ErrorCode.{r.name}")
             em(f"message = ErrorCode.{r.name}.message")
     em()
@@ -96,9 +109,12 @@ def hand_written_classes(root: Path) -> set[str]:
     return names
 
 
-def generate_errors(tsv: Path, root: Path) -> dict[Path, str]:
+def generate_errors(tsv: Path, root: Path, categories: Path | None = None) -> dict[Path, str]:
     rows = load_error_codes(tsv)
+    table = load_error_categories(categories, rows) if categories is not None else {}
     return {
         ERROR_CODES_FILE: render_error_codes(rows, tsv.name),
-        BROKER_ERRORS_FILE: render_broker_errors(rows, hand_written_classes(root), tsv.name),
+        BROKER_ERRORS_FILE: render_broker_errors(
+            rows, hand_written_classes(root), tsv.name, table,
+            categories.name if categories is not None else None),
     }

@@ -30,6 +30,64 @@ class ErrorRow:
         return "".join(p.capitalize() for p in base.split("_")) + "Error"
 
 
+#: KIP-1050's categories, as ``aiokprod.errors.ErrorCategory`` names them (lower case here).
+CATEGORIES = ("retriable", "abortable", "application_recoverable", "invalid_configuration",
+              "fatal")
+
+
+@dataclass
+class CategoryRow:
+    category: str
+    why: str
+
+
+def load_error_categories(path: Path, rows: list[ErrorRow]) -> dict[str, CategoryRow]:
+    """The overrides table: error name -> category and why (every entry says why).
+
+    A code not listed is ``retriable`` when the broker's flag says so, else ``abortable``: it
+    fails the operation that got it and the producer carries on (inside a transaction, the
+    transaction must be aborted). The table may not call a code the broker deems not retriable
+    ``retriable``: then ``category`` and ``retriable`` would contradict each other.
+    """
+    known = {r.name: r for r in rows}
+    found: dict[str, CategoryRow] = {}
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header != ["name", "category", "why"]:
+            raise SpecError(f"{path.name}: unexpected header {header!r}")
+        for lineno, rec in enumerate(reader, start=2):
+            if not rec:
+                continue
+            if len(rec) != 3:
+                raise SpecError(f"{path.name}:{lineno}: expected 3 columns, got {len(rec)}")
+            name, category, why = rec
+            row = known.get(name)
+            if row is None:
+                raise SpecError(f"{path.name}:{lineno}: no error code named {name!r}")
+            if category not in CATEGORIES:
+                raise SpecError(f"{path.name}:{lineno}: category must be one of "
+                                f"{', '.join(CATEGORIES)}, not {category!r}")
+            if category == "retriable" and not row.retriable:
+                raise SpecError(f"{path.name}:{lineno}: {name} is not retriable for the broker")
+            if not why.strip():
+                raise SpecError(f"{path.name}:{lineno}: {name}: say why")
+            if name in found:
+                raise SpecError(f"{path.name}:{lineno}: {name} listed twice")
+            found[name] = CategoryRow(category, why.strip())
+    return found
+
+
+def category_of(row: ErrorRow, table: dict[str, CategoryRow]) -> CategoryRow:
+    """The category of one code: the table's, else the default rule."""
+    listed = table.get(row.name)
+    if listed is not None:
+        return listed
+    if row.retriable:
+        return CategoryRow("retriable", "")
+    return CategoryRow("abortable", "")
+
+
 def load_error_codes(path: Path) -> list[ErrorRow]:
     rows: list[ErrorRow] = []
     with path.open(encoding="utf-8", newline="") as fh:
