@@ -74,6 +74,8 @@ class AccumulatorStatistics:
     incomplete_batches: int
     flushes_in_progress: int
     closed: bool
+    # partitions held back because a batch of theirs is on the wire (guarantee_order only)
+    muted_partitions: int = 0
 
 
 class _PartitionQueue:
@@ -698,6 +700,7 @@ class RecordAccumulator:
             incomplete_batches=len(self._incomplete),
             flushes_in_progress=self._flushes,
             closed=self._closed,
+            muted_partitions=len(self._muted),
         )
 
     def __repr__(self) -> str:

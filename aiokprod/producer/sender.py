@@ -168,6 +168,10 @@ class Sender:
         self._waker = _Waker()
         self._in_flight_requests: dict[int, int] = {}  # node → produce requests awaiting answers
         self._in_flight: set[ProducerBatch] = set()  # batches sent and not answered
+        # with guarantee_order: the batches whose request keeps their partition muted. Not
+        # _in_flight: a batch that expired on the wire leaves that, but still mutes its
+        # partition until its answer or the connection's end (docs/batching.md D5)
+        self._muting: set[ProducerBatch] = set()
         self._task: asyncio.Task[None] | None = None
         self._init_task: asyncio.Task[None] | None = None
         self._closing = False  # deliver what is queued, then stop
@@ -488,6 +492,7 @@ class Sender:
             self._in_flight.add(batch)
         if self._acc.guarantee_order:
             for batch in batches:
+                self._muting.add(batch)
                 self._acc.mute(batch.topic, batch.partition)
         metrics = self._metrics
         size = 0
@@ -602,9 +607,12 @@ class Sender:
 
     def _settle(self, batch: ProducerBatch) -> None:
         """The batch is no longer on the wire: whatever comes next (completion, a retry, a
-        split, a failure), its partition may send again."""
+        split, a failure), its partition may send again — if this batch is what muted it. A
+        queued batch failing (expired, aborted) leaves a partition muted by another batch's
+        open request alone."""
         self._in_flight.discard(batch)
-        if self._acc.guarantee_order:
+        if self._muting and batch in self._muting:
+            self._muting.discard(batch)
             self._acc.unmute(batch.topic, batch.partition)
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,

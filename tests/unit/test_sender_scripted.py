@@ -217,3 +217,43 @@ async def test_kip1269_late_answer_from_a_former_leader_does_not_raise_the_windo
         asyncio.get_running_loop().call_soon(transport._deliver, held.respond(answer))
         await asyncio.wait_for(late, 5)
         assert _window(p) == 5
+
+
+async def test_a_queued_batch_expiring_does_not_unmute_a_partition_with_a_batch_on_the_wire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """max.in.flight.requests.per.connection=1 (docs/batching.md D5): batch A expires while its
+    request is unanswered, so its partition stays muted until the answer; batch B, queued
+    behind A, then expires too. Failing B must not unmute the partition: A is still on the
+    wire, and a later batch could overtake it (through another connection after a leader
+    move)."""
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    answered = 0
+
+    def first_only(req: Any) -> Any:
+        nonlocal answered
+        answered += 1
+        return produce_ok(req) if answered == 1 else None  # A's request is never answered
+
+    node.produce = first_only
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0, batch_size=1024,
+                                 enable_idempotence=False, acks=1,
+                                 max_in_flight_requests_per_connection=1,
+                                 request_timeout_ms=1900, delivery_timeout_ms=2000) as p:
+        await p.send_and_wait("t", b"warm-up")
+        transport = node.open_transports()[-1]
+        transport.pause()  # A and B wait in the accumulator, each its own batch
+        a = await p.send("t", b"A" * 700)
+        await asyncio.sleep(0.1)
+        b = await p.send("t", b"B" * 700)  # its own batch (A's cannot take it)
+        await asyncio.sleep(0.9)
+        transport.resume()  # A goes on the wire (t=1.0) and mutes t-0; B stays queued
+        with pytest.raises(Exception, match="delivery.timeout.ms"):
+            await asyncio.wait_for(a, 3)  # t=2.0: A expires, its request still open
+        assert p._acc.statistics().muted_partitions == 1
+        with pytest.raises(Exception, match="delivery.timeout.ms"):
+            await asyncio.wait_for(b, 3)  # t=2.1: B expires in the queue
+        # A's request is open until request.timeout.ms (t=2.9)
+        assert p._acc.statistics().muted_partitions == 1, (
+            "B's expiry unmuted the partition while A is still on the wire")
