@@ -26,6 +26,13 @@ def fresh_manager() -> IdempotenceManager:
     return m
 
 
+def acknowledged_first(m: IdempotenceManager) -> None:
+    """A first batch sent and acknowledged: the leader holds our state, batches pipeline."""
+    first = Batch()
+    send(m, first)
+    m.on_success(first, base_offset=0)
+
+
 def new_id_after_bump(m: IdempotenceManager, producer_id: int) -> None:
     """Kafka's answer to a non-transactional KIP-360 bump: a new producer id at epoch 0."""
     assert m.needs_producer_id()
@@ -87,9 +94,7 @@ def test_new_producer_id_closes_the_gate_again_and_a_same_id_bump_does_not() -> 
 
 def test_broker_that_forgot_us_closes_the_gate() -> None:
     m = fresh_manager()
-    a = Batch()
-    send(m, a)
-    m.on_success(a, base_offset=0)
+    acknowledged_first(m)
     failed = Batch()
     send(m, failed)
     assert m.on_error(failed, E.CORRUPT_MESSAGE).action is Action.FAIL  # asks for a bump
@@ -105,9 +110,7 @@ def test_later_batch_written_ahead_of_a_refused_one_fails_the_refused_one() -> N
     """The leader lost our state (or never had it) and took a gap: the refused batch can no
     longer be written in order, so it fails, with an error that says why."""
     m = fresh_manager()
-    first = Batch()
-    send(m, first)
-    m.on_success(first, base_offset=0)
+    acknowledged_first(m)
     a, b = Batch(record_count=2), Batch()
     send(m, a, b)
     assert retry(m, a, E.NOT_LEADER_OR_FOLLOWER) is Action.RETRY
@@ -129,9 +132,7 @@ def test_later_acknowledgement_leaves_an_earlier_batch_that_may_be_written_alone
     """An earlier batch whose answer was lost may be in the log before the later one: the
     later acknowledgement is then in order, and its retry will be answered as a duplicate."""
     m = fresh_manager()
-    first = Batch()
-    send(m, first)
-    m.on_success(first, base_offset=0)
+    acknowledged_first(m)
     a, b = Batch(), Batch()
     send(m, a, b)
     assert retry(m, a, E.NETWORK_EXCEPTION) is Action.RETRY
@@ -149,9 +150,7 @@ def test_reset_never_renumbers_a_batch_that_may_be_written() -> None:
     answered OUT_OF_ORDER (the broker holds 1). Renumbering both under a new id would write 1
     twice and 0 after it: both fail instead, and later batches start afresh."""
     m = fresh_manager()
-    first = Batch()
-    send(m, first)
-    m.on_success(first, base_offset=0)
+    acknowledged_first(m)
     a, b, c = Batch(), Batch(), Batch()
     send(m, a, b, c)
     assert retry(m, a, E.NOT_LEADER_OR_FOLLOWER) is Action.RETRY
@@ -175,9 +174,7 @@ def test_out_of_order_answer_proves_an_ambiguous_batch_unwritten() -> None:
     """A batch whose first answer was lost and whose retry is refused OUT_OF_ORDER was not
     written (the broker would have recognised its duplicate), so a reset renumbers it."""
     m = fresh_manager()
-    first = Batch()
-    send(m, first)
-    m.on_success(first, base_offset=0)
+    acknowledged_first(m)
     a = Batch()
     send(m, a)
     assert retry(m, a, E.NETWORK_EXCEPTION) is Action.RETRY
