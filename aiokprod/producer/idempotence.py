@@ -38,6 +38,7 @@ from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError, er
 from aiokprod.producer.retry_policy import Action, RetryDecision, classify
 from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
+    LEADER_STATE_IDLE_S,
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -495,6 +496,8 @@ class IdempotenceManager:
         self.maintain(now)
         if self._state is not ProducerIdState.READY:
             return False
+        if now is None:
+            now = self._clock()
         p = self.partition_state(target)
         if getattr(target, "base_sequence", -1) >= 0:  # a retry: it already has a sequence
             batch = cast(SequencedBatch, target)
@@ -504,7 +507,7 @@ class IdempotenceManager:
             if batch in self._doomed:
                 return False
             return self._retry_allowed(p, self._held_entry(p, batch))
-        return self._new_batch_allowed(p)
+        return self._new_batch_allowed(p, now)
 
     def _doom_unrenumberable(self, p: PartitionSequenceState) -> None:
         """Before a partition renumbers its held batches (step 3), a batch that may already be
@@ -546,11 +549,14 @@ class IdempotenceManager:
                 f"on the wire; report its outcome (or on_not_sent) before sending it again")
         return entry
 
-    def _new_batch_allowed(self, p: PartitionSequenceState) -> bool:
+    def _new_batch_allowed(self, p: PartitionSequenceState, now: float) -> bool:
         if p.unresolved:
             return False  # step 2a
-        if p.in_flight and not p.leader_holds_state:
-            return False  # a partition's first batches: one at a time until acknowledged
+        if p.in_flight:
+            if not p.leader_holds_state:
+                return False  # F1: a partition's first batches, one at a time until acknowledged
+        elif p.leader_holds_state and now - p.last_acked_at >= LEADER_STATE_IDLE_S:
+            p.leader_holds_state = False  # F1: idle; the leader may have forgotten us since
         if p.retrying:
             return False  # step 2c: retries go first, one at a time
         if self._is_stale(p) and p.in_flight:
@@ -580,7 +586,7 @@ class IdempotenceManager:
             self._maybe_restart(p)
             p.mark_on_wire(entry, True)
             return
-        if not self._new_batch_allowed(p):
+        if not self._new_batch_allowed(p, self._clock()):
             raise IllegalStateError(f"{p.topic}-{p.partition}: a new batch may not be sent now "
                                     f"(step 2); ask can_send first")
         self._maybe_restart(p)
@@ -640,6 +646,7 @@ class IdempotenceManager:
             self._in_flight_total -= 1
         if batch.base_sequence >= 0 and self._speaks_of_current_numbering(p, entry, batch):
             p.leader_holds_state = True  # it checks our sequences from now on (B4)
+            p.last_acked_at = self._clock()
             if entry is not None and not p.is_next_sequence(batch.base_sequence):
                 log.debug("[client %s] %s-%d: acknowledged sequence %d after %d (out of order "
                           "answers, e.g. across a leader change)", self._client_id, p.topic,

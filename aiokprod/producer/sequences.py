@@ -27,6 +27,7 @@ __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
+    "LEADER_STATE_IDLE_S",
     "InFlightEntry",
     "PartitionSequenceState",
     "SequencedBatch",
@@ -51,6 +52,11 @@ NO_PRODUCER_EPOCH = -1
 #: Batches per partition the broker always remembers for de-duplication; the in-flight limit
 #: until a ProduceResponse says otherwise and again after a leader change (KIP-1269).
 DEFAULT_IN_FLIGHT_LIMIT = 5
+#: Seconds a partition may hold nothing before its next batches go one at a time again (F1):
+#: a leader forgets a producer whose batches retention removed, or that stayed idle past
+#: producer.id.expiration.ms, and then takes any first sequence. One round trip after an idle
+#: second costs nothing worth counting; writing records out of order would.
+LEADER_STATE_IDLE_S = 1.0
 
 
 def _check_sequence(seq: int) -> None:
@@ -230,6 +236,9 @@ class PartitionSequenceState:
     # earlier one: only one batch is held at a time (docs/idempotence.md, "A partition's first
     # batches"). Cleared by a new producer id and by a broker that lost our state.
     leader_holds_state: bool = False
+    # Clock time of the last acknowledgement under the current numbering: after
+    # LEADER_STATE_IDLE_S with nothing held, the leader is no longer trusted to hold our state.
+    last_acked_at: float = 0.0
 
     # ---- queries -------------------------------------------------------------------------
 

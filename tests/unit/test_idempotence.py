@@ -4,6 +4,7 @@ broker."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import count, pairwise
@@ -86,8 +87,8 @@ def state(m: IdempotenceManager) -> ProducerIdState:
 
 
 def ready(pid: int = PID, epoch: int = 0, *, pipelined: bool = True,
-          **kw: Any) -> IdempotenceManager:
-    m = IdempotenceManager(clock=Clock(), **kw)
+          clock: Clock | None = None, **kw: Any) -> IdempotenceManager:
+    m = IdempotenceManager(clock=clock or Clock(), **kw)
     assert m.needs_producer_id()
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(pid, epoch)
@@ -102,7 +103,9 @@ def leader_holds_state(m: IdempotenceManager, topic: str = "t", partitions: int 
     leaders check sequences, so batches are pipelined from the start (a partition's first
     batches go one at a time: test_idempotence_first_batches.py)."""
     for partition in range(partitions):
-        m.partition_state(Batch(topic, partition)).leader_holds_state = True
+        p = m.partition_state(Batch(topic, partition))
+        p.leader_holds_state = True
+        p.last_acked_at = math.inf  # however far a test moves its clock, never idle
 
 
 def send(m: IdempotenceManager, *batches: Batch) -> None:
@@ -875,7 +878,8 @@ class IdempotenceMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         # no partition has an acknowledged batch yet: its first batches are in play too
-        self.m = ready(pipelined=False)
+        self.clock = Clock()
+        self.m = ready(pipelined=False, clock=self.clock)
         # partition 0's leader is Tansu-like, partition 1's Kafka-like (lenient)
         self.brokers = {p: SimBroker(lenient=p == 1) for p in PARTITIONS}
         self.queues: dict[int, deque[Batch]] = {p: deque() for p in PARTITIONS}
@@ -989,6 +993,7 @@ class IdempotenceMachine(RuleBasedStateMachine):
         we are not writing to: retention works on days, not on records still being sent."""
         p = data.draw(st.sampled_from(self._idle()))
         broker = self.brokers[p]
+        self.clock.now += 3600.0  # retention (or producer.id.expiration.ms) takes idle time
         self.deleted.update(broker.log)
         broker.log.clear()
         broker.producers.clear()

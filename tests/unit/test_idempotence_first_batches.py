@@ -14,6 +14,7 @@ from test_idempotence_reset import Batch, broker_forgets_us, retry, send
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import OutOfOrderSequenceNumberError
 from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.sequences import LEADER_STATE_IDLE_S
 
 E = ErrorCode
 
@@ -185,3 +186,29 @@ def test_out_of_order_answer_proves_an_ambiguous_batch_unwritten() -> None:
     send(m, a)
     assert m.take_doomed() == []
     assert a.header == (2, 0, 0)
+
+
+def test_a_partition_idle_past_the_limit_sends_its_next_batches_one_at_a_time_again() -> None:
+    """A leader forgets a producer whose batches retention removed or that stayed idle past
+    producer.id.expiration.ms, and then takes any first sequence again: after
+    LEADER_STATE_IDLE_S holding nothing, the gate closes until the next acknowledgement."""
+    now = [100.0]
+    m = IdempotenceManager(bump_via_init_producer_id=True, clock=lambda: now[0])
+    assert m.init_producer_id_params() == (-1, -1)
+    m.on_producer_id(1, 0)
+    acknowledged_first(m)
+    a, b = Batch(), Batch()
+    send(m, a, b)  # pipelined
+    m.on_success(a, base_offset=1)
+    m.on_success(b, base_offset=2)
+    now[0] += LEADER_STATE_IDLE_S / 2
+    c, d = Batch(), Batch()
+    send(m, c, d)  # idle briefly: still pipelined
+    m.on_success(c, base_offset=3)
+    m.on_success(d, base_offset=4)
+    now[0] += LEADER_STATE_IDLE_S
+    e, f = Batch(), Batch()
+    send(m, e)
+    assert not m.can_send(f), "idle past the limit: one batch until it is acknowledged"
+    m.on_success(e, base_offset=5)
+    send(m, f)

@@ -9,6 +9,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -51,7 +52,10 @@ def kip360_manager() -> IdempotenceManager:
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(1, 0)
     for partition in range(2):  # as after a first acknowledged batch: pipelined from the start
-        m.partition_state(Batch("t", partition)).leader_holds_state = True
+        p = m.partition_state(Batch("t", partition))
+        p.leader_holds_state = True
+        p.last_acked_at = math.inf  # never idle, whatever the time
+
     return m
 
 
