@@ -22,12 +22,12 @@ from aiokprod.errors import IllegalStateError
 
 __all__ = [
     "DEFAULT_IN_FLIGHT_LIMIT",
+    "LEADER_STATE_IDLE_S",
     "MAX_PRODUCER_EPOCH",
     "MAX_SEQUENCE",
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
-    "LEADER_STATE_IDLE_S",
     "InFlightEntry",
     "PartitionSequenceState",
     "SequencedBatch",
