@@ -384,15 +384,23 @@ async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_dra
         mock_cluster.broker_set_rtt(1, 1500)
         counts = [0] * 6
         futures = []
-        deadline = time.monotonic() + 1.0
+        started = time.monotonic()
+        deadline = started + 1.0
+        settled = 0  # records sent before the availability timeout could have taken effect
         while time.monotonic() < deadline:
             futures.append(await producer.send(topic_name, b"z" * 200))
+            if time.monotonic() - started < 0.3:
+                settled = len(futures)
             await asyncio.sleep(0.002)
         mock_cluster.broker_set_rtt(1, 0)
-        for md in await asyncio.wait_for(asyncio.gather(*futures), 20):
+        results = await asyncio.wait_for(asyncio.gather(*futures), 20)
+        # counted from 0.3 s on: the first records go anywhere, and their share of the total
+        # grows the slower the machine (the pure-Python path sends fewer records per second)
+        for md in results[settled:]:
             counts[md.partition] += 1
     slow = counts[0] + counts[3]
     # measured: 1-4% with the timeout honoured, ~11% when it was ignored (queue sizes alone)
+    print(f"slow partitions took {slow} of {sum(counts)}: {counts}")
     assert slow < 0.06 * sum(counts), counts
 
 
