@@ -1,7 +1,9 @@
 """PySpark sink (extra ``aiokprod[spark]``): write DataFrames to Kafka through aiokprod.
 
 Spark's own Kafka sink is a JVM package outside the pyspark wheel; this one is a Python Data
-Source (Spark 4.1+), so ``pip install aiokprod[spark]`` is all a PySpark job needs::
+Source (Spark 4.1+), so ``pip install aiokprod[spark]`` is all a PySpark job needs — on the
+driver and on every executor (a wheel on each node, a packed venv in ``spark.archives``, or a
+zip of the package in ``--py-files``: docs/spark.md, "Shipping the sink to a cluster")::
 
     from aiokprod.spark import KafkaDataSource
     spark.dataSource.register(KafkaDataSource)
@@ -22,9 +24,11 @@ Why this shape (details in docs/spark.md):
   ``DataSourceStreamArrowWriter``, so a task gets whole Arrow batches, groups them by topic and
   partition in Arrow and hands each group to ``send_many`` as one call. Rows are sent one by one
   only when they differ in what ``send_many`` sets per call (headers, timestamps).
-* **One producer per executor Python worker**, reused by every task of the same configuration
-  (``aiokprod.spark._executor``), flushed at the end of each task; a task with any failed record
-  raises ``KafkaSinkError`` (count and first error), and Spark retries it.
+* **One producer per executor Python worker** in the default mode, reused by every task of the
+  same configuration (``aiokprod.spark._executor``), flushed at the end of each task; a task
+  with any failed record raises ``KafkaSinkError`` (count and first error), and Spark retries
+  it. The transactional mode starts a producer per task instead (its transactional id is the
+  task's).
 * **At-least-once by default**: idempotence removes duplicates from the producer's own retries
   within a task; a retried task writes its rows again.
 * **Exactly-once with** ``.option("transactional", "true")``: one Kafka transaction per task,

@@ -6,12 +6,13 @@ rows reached the log, at ``read_uncommitted`` too — which proves the failed at
 wrote rows that the transaction markers then hid. Tansu cannot serve here: it does not hide
 aborted records from read_committed readers.
 
-Faults are injected inside the sink's own Python worker by data sources defined in a test
-function (so cloudpickle ships them by value): the task of Spark partition 0, on its first
-attempt only, raises or ``os._exit``s between two Arrow batches, or exits right after its
-transaction committed; a streaming writer's driver-side ``commit`` fails once, as a driver that
-dies after the tasks committed and before Spark recorded the micro-batch. The Spark session
-(``local[2,2]``: each task may run twice) is the one ``test_spark_sink.py`` uses.
+Faults are injected inside the sink's own Python worker by data sources made in a function
+(``support.spark_faults``, so cloudpickle ships them by value): the task of Spark partition 0,
+on its first attempt only, raises or ``os._exit``s between two Arrow batches, or exits right
+after its transaction committed; a streaming writer's driver-side ``commit`` fails once, as a
+driver that dies after the tasks committed and before Spark recorded the micro-batch. The
+Spark session (``local[2,2]``: each task may run twice) is the one ``test_spark_sink.py``
+uses; ``test_spark_cluster.py`` runs the faults that matter across executor JVMs.
 
 Each fault was also run with the protection off (the marker check disabled, or at-least-once
 mode): docs/spark.md ("Exactly-once") lists what each then showed.
@@ -20,7 +21,6 @@ mode): docs/spark.md ("Exactly-once") lists what each then showed.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 import uuid
@@ -32,106 +32,27 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark import TaskContext
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
 from aiokprod import Producer
 from aiokprod.producer import transaction_manager
-from aiokprod.spark import KafkaArrowWriter, KafkaDataSource, KafkaSinkError
+from aiokprod.spark import KafkaDataSource, KafkaSinkError
 from aiokprod.spark._executor import close_all_producers
 from aiokprod.spark._options import settings_from
 from aiokprod.spark._transactional import TransactionalTaskWriter, batch_identity
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
+from support.spark_faults import ROWS, arrow_batches_of, faulty_source, frame, read_counts, save
 
-ROWS = 10_000  # two Spark partitions of 5,000, Arrow batches of 1,000
 PREFIX = "aiokprod-spark"
 
 
 @pytest.fixture
 def small_arrow_batches(spark: SparkSession) -> Iterator[None]:
     """Arrow batches of 1,000 rows, so a task has several and a fault can fall between two."""
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
-    try:
+    with arrow_batches_of(spark, 1000):
         yield
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-
-
-def _frame(spark: SparkSession, rows: int = ROWS, partitions: int = 2) -> DataFrame:
-    return spark.range(0, rows, 1, partitions).selectExpr("cast(id as string) as value")
-
-
-def _save(df: DataFrame, bootstrap: str, topic: str, source: str = "aiokprod",
-          **options: str) -> None:
-    writer = (df.write.format(source).option("kafka.bootstrap.servers", bootstrap)
-              .option("topic", topic).option("transactional", "true")
-              .option("kafka.linger.ms", "5"))
-    for name, value in options.items():
-        writer = writer.option(name, value)
-    writer.mode("append").save()
-
-
-def _counts(bootstrap: str, topic: str, expected: int, isolation_level: str = "read_committed",
-            timeout: float = 30) -> Counter[int]:
-    records = read_back(bootstrap, topic, expected=expected, timeout=timeout, settle=1.0,
-                        isolation_level=isolation_level)
-    return Counter(int(r.value) for r in records if r.value is not None)
-
-
-def _faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSource]:
-    """A data source ``aiokprod-<fault>`` whose partition-0 task fails on its first attempt.
-
-    ``raise`` / ``exit``: after two Arrow batches were handed to the producer and a second for
-    them to reach the log, raise / ``os._exit(1)`` (the Python worker dies mid-task).
-    ``exit-always``: the same exit on every attempt, so the job fails.
-    ``exit-after-commit``: the task's write (transaction committed) returns, then the worker
-    exits before Spark hears of the result. ``pause``: after two batches, write the task's
-    transactional id to ``sync_dir/paused`` and wait for ``sync_dir/resume``.
-    """
-    sync = str(sync_dir) if sync_dir is not None else ""
-
-    class FaultyWriter(KafkaArrowWriter):
-        def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
-            context = TaskContext.get()
-            assert context is not None
-            if context.partitionId() != 0 or (context.attemptNumber() != 0
-                                               and fault != "exit-always"):
-                return super().write(iterator)
-            if fault == "exit-after-commit":
-                super().write(iterator)
-                os._exit(1)
-            settings = self.settings
-
-            def faulty() -> Iterator[pa.RecordBatch]:
-                for i, batch in enumerate(iterator):
-                    if i == 2:
-                        time.sleep(1.0)  # the first two batches are in the log, uncommitted
-                        if fault == "raise":
-                            raise RuntimeError("injected: the task fails half-way")
-                        if fault in ("exit", "exit-always"):
-                            os._exit(1)
-                        if fault == "pause":
-                            txn_id = batch_identity(settings, 0).transactional_id
-                            Path(sync, "paused").write_text(txn_id)
-                            deadline = time.monotonic() + 60
-                            while not Path(sync, "resume").exists() and \
-                                    time.monotonic() < deadline:
-                                time.sleep(0.05)
-                    yield batch
-
-            return super().write(faulty())
-
-    class FaultySource(KafkaDataSource):
-        @classmethod
-        def name(cls) -> str:
-            return f"aiokprod-{fault}"
-
-        def writer(self, schema: Any, overwrite: bool) -> KafkaArrowWriter:
-            return FaultyWriter(super().writer(schema, overwrite).settings)
-
-    return FaultySource
 
 
 # -- batch: retried and re-run tasks -----------------------------------------------------------
@@ -141,8 +62,8 @@ def test_a_clean_write_is_visible_exactly_once(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None) -> None:
     topic = kafka_topic(partitions=3)
-    _save(_frame(spark), kafka.bootstrap, topic)
-    counts = _counts(kafka.bootstrap, topic, ROWS)
+    save(frame(spark), kafka.bootstrap, topic)
+    counts = read_counts(kafka.bootstrap, topic, ROWS)
     assert set(counts) == set(range(ROWS)) and set(counts.values()) == {1}
 
 
@@ -153,13 +74,13 @@ def test_a_task_failing_half_way_is_retried_and_its_first_rows_stay_hidden(
     """The first attempt of partition 0 sends 2,000 rows, then raises or its worker dies;
     the retry (fencing it, which aborts what it left open) writes all 5,000."""
     topic = kafka_topic(partitions=2)
-    spark.dataSource.register(_faulty_source(fault))
-    _save(_frame(spark), kafka.bootstrap, topic, source=f"aiokprod-{fault}")
-    counts = _counts(kafka.bootstrap, topic, ROWS)
+    spark.dataSource.register(faulty_source(fault))
+    save(frame(spark), kafka.bootstrap, topic, source=f"aiokprod-{fault}")
+    counts = read_counts(kafka.bootstrap, topic, ROWS)
     assert set(counts) == set(range(ROWS))
     assert set(counts.values()) == {1}, "a row of the failed attempt is visible"
     # the failed attempt's rows did reach the log: read_uncommitted shows them twice
-    uncommitted = _counts(kafka.bootstrap, topic, ROWS + 2000, "read_uncommitted")
+    uncommitted = read_counts(kafka.bootstrap, topic, ROWS + 2000, "read_uncommitted")
     twice = sorted(v for v, n in uncommitted.items() if n == 2)
     assert twice == list(range(2000))
 
@@ -171,12 +92,12 @@ def test_a_task_that_committed_and_died_is_not_written_again(
     result: the retry finds the marker and writes nothing (a naive per-task commit would
     write all 5,000 rows again)."""
     topic = kafka_topic(partitions=2)
-    spark.dataSource.register(_faulty_source("exit-after-commit"))
-    _save(_frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-after-commit")
-    counts = _counts(kafka.bootstrap, topic, ROWS)
+    spark.dataSource.register(faulty_source("exit-after-commit"))
+    save(frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-after-commit")
+    counts = read_counts(kafka.bootstrap, topic, ROWS)
     assert set(counts) == set(range(ROWS)) and set(counts.values()) == {1}
     # nothing was aborted either: the retry never wrote
-    uncommitted = _counts(kafka.bootstrap, topic, ROWS, "read_uncommitted")
+    uncommitted = read_counts(kafka.bootstrap, topic, ROWS, "read_uncommitted")
     assert sum(uncommitted.values()) == ROWS
 
 
@@ -189,13 +110,13 @@ def test_a_failed_job_leaves_its_dead_tasks_rows_invisible_and_readers_unblocked
     held at the dead transaction's first record for transaction.timeout.ms (60 s): a later
     write is readable at once."""
     topic = kafka_topic(partitions=2)
-    spark.dataSource.register(_faulty_source("exit-always"))
+    spark.dataSource.register(faulty_source("exit-always"))
     with pytest.raises(Exception, match="Python worker exited unexpectedly|crashed"):
-        _save(_frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-always")
+        save(frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-always")
     # a later write to the topic is readable at once, not after the dead transaction's timeout
     later = spark.range(ROWS, ROWS + 1000, 1, 1).selectExpr("cast(id as string) as value")
-    _save(later, kafka.bootstrap, topic)
-    counts = _counts(kafka.bootstrap, topic, ROWS // 2 + 1000, timeout=15)
+    save(later, kafka.bootstrap, topic)
+    counts = read_counts(kafka.bootstrap, topic, ROWS // 2 + 1000, timeout=15)
     assert sorted(counts) == list(range(ROWS // 2, ROWS + 1000))
     assert set(counts.values()) == {1}
 
@@ -339,7 +260,7 @@ def _fence_leftovers(bootstrap: str, query_id: str, partitions: int) -> None:
 
 
 def _streamed(bootstrap: str, topic: str, at_least: int) -> Counter[int]:
-    return _counts(bootstrap, topic, at_least, timeout=60)
+    return read_counts(bootstrap, topic, at_least, timeout=60)
 
 
 def test_streaming_replay_after_commit_lost_adds_nothing(
@@ -442,7 +363,7 @@ def test_the_transaction_coordinator_dying_mid_write(
     cluster = kafka_factory(brokers=3)
     topic = f"spark-coordinator-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 2)
-    spark.dataSource.register(_faulty_source("pause", tmp_path))
+    spark.dataSource.register(faulty_source("pause", tmp_path))
     rows = ROWS // 2
     killed: list[int] = []
 
@@ -462,7 +383,7 @@ def test_the_transaction_coordinator_dying_mid_write(
     killer.start()
     failure: list[BaseException] = []
     try:
-        _save(_frame(spark, rows, partitions=1), cluster.bootstrap, topic,
+        save(frame(spark, rows, partitions=1), cluster.bootstrap, topic,
               source="aiokprod-pause", **{"kafka.max.block.ms": "30000",
                                           "kafka.request.timeout.ms": "5000"})
     except Exception as exc:
@@ -471,7 +392,7 @@ def test_the_transaction_coordinator_dying_mid_write(
         killer.join(120)
     assert killed, f"the task never paused: {[str(f)[-2000:] for f in failure]}"
     bootstrap = ",".join(f"127.0.0.1:{cluster.port(n)}" for n in cluster.running_node_ids())
-    counts = _counts(bootstrap, topic, rows, timeout=60)
+    counts = read_counts(bootstrap, topic, rows, timeout=60)
     if failure:
         message = str(failure[0])
         assert "aiokprod sink" in message and "transactional id" in message, message

@@ -1,13 +1,32 @@
-"""The shared local Spark session (a plugin registered by tests/conftest.py).
+"""The Spark sessions the sink's tests run under (a plugin registered by tests/conftest.py).
 
-* ``spark`` — one ``local[2,2]`` SparkSession with the ``aiokprod`` data source registered, for
-  the whole session: the JVM start is the expensive part (~6 s), so every Spark test file
-  shares it. ``local[N, F]`` lets each task run F times, so a failed task is retried as
-  ``spark.task.maxFailures`` does on a cluster (plain ``local[N]`` never retries). The JVM is
-  ended by PID at session end. Spark's Python workers are children of the JVM, not of pytest,
-  so the leak guard does not see them.
+* ``spark`` — a ``local[2,2]`` SparkSession with the ``aiokprod`` data source registered,
+  shared by every module that asks for it: the JVM start is the expensive part (~6 s).
+  ``local[N, F]`` lets each task run F times, so a failed task is retried as
+  ``spark.task.maxFailures`` does on a cluster (plain ``local[N]`` never retries). Tasks run in
+  Python workers forked by the one JVM.
+* ``spark_cluster`` — a ``local-cluster[2,1,1024]`` SparkSession for one module: a standalone
+  Master and two Workers inside the driver's JVM, each Worker starting its own executor JVM
+  (one core, 1 GiB), whose Python workers run the tasks — separate processes as on a real
+  cluster, so nothing a task does reaches the driver's memory or another executor's. It ships
+  what the executors run the two ways docs/spark.md ("Shipping the sink to a cluster") says:
+  the interpreter in an archive (``spark.archives``, ``PYSPARK_PYTHON=./environment/bin/python``,
+  the archive also unpacked in the driver's working directory for the driver host's Python
+  workers), and the ``aiokprod`` package of this checkout as a ``--py-files`` zip (the
+  pure-Python path: ``zipimport`` cannot load the native extension). The archive's
+  ``bin/python`` stands in for a packed venv: a script that marks its workers with
+  ``AIOKPROD_SHIPPED_ENVIRONMENT`` and runs this venv's Python (packing a venv that holds
+  pyarrow takes minutes).
 
-pyspark is imported inside the fixture: the plugin loads in every run, with or without it.
+pyspark holds one SparkContext per Python process, so the two cannot run at once:
+``SparkSessions`` keeps the one asked for last and stops the other first (a module takes one
+or the other, never both). Both fixtures are module-scoped so that a switch happens before
+the leak guard's per-test snapshot. Stopping ends the driver JVM by PID after
+``SparkSession.stop``; with it go the in-JVM Master and Workers, and the Workers kill their
+executor JVMs when the application stops (``ps`` shows none after a run). Spark's Python
+workers are children of the JVMs, not of pytest, so the leak guard does not see them.
+
+pyspark is imported inside the fixtures: the plugin loads in every run, with or without it.
 """
 
 from __future__ import annotations
@@ -16,11 +35,21 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+LOCAL = "local[2,2]"
+# two Workers of one core and 1 GiB each: one executor JVM per Worker
+CLUSTER = "local-cluster[2,1,1024]"
+SHIPPED_ZIP = "aiokprod.zip"
+# set by the shipped environment's bin/python, so a test sees its workers came through it
+SHIPPED_MARK = "AIOKPROD_SHIPPED_ENVIRONMENT"
 
 
 def require_java() -> None:
@@ -34,40 +63,133 @@ def require_java() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local[2,2] SparkSession, our data source registered; the JVM ends with the session."""
-    require_java()
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
+def zip_package(destination: Path) -> Path:
+    """A ``--py-files`` zip of the ``aiokprod`` package this process imported.
 
-    from aiokprod.spark import KafkaDataSource
+    Sources only: ``zipimport`` loads no extension module, so the ``.so`` files would be dead
+    weight (executors fall back to the pure-Python path, as the docs say for this route).
+    """
+    import aiokprod
 
-    saved = os.environ.get("PYSPARK_PYTHON")
-    # Spark's Python workers (data source planning, tasks) must run this venv's interpreter
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        # local[N, F]: each task may run F times, so a failed task is retried as on a cluster
-        SparkSession.builder.master("local[2,2]")
-        .appName("aiokprod-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(KafkaDataSource)
-    gateway = SparkContext._gateway
-    assert gateway is not None
-    jvm = gateway.proc
-    try:
-        yield session
-    finally:
+    package = Path(aiokprod.__file__).parent
+    with zipfile.ZipFile(destination, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(package.rglob("*")):
+            if (path.is_file() and "__pycache__" not in path.parts
+                    and path.suffix in (".py", ".pyi", ".typed")):
+                archive.write(path, path.relative_to(package.parent))
+    return destination
+
+
+def pack_environment(destination: Path, driver_dir: Path) -> Path:
+    """A ``spark.archives`` tarball whose ``bin/python`` runs this Python, also unpacked in
+    ``driver_dir/environment`` for the driver host's Python workers (see the docs)."""
+    script = f'#!/bin/sh\nexport {SHIPPED_MARK}="$PWD"\nexec {sys.executable} "$@"\n'
+    unpacked = driver_dir / "environment"
+    (unpacked / "bin").mkdir(parents=True)
+    python = unpacked / "bin" / "python"
+    python.write_text(script)
+    python.chmod(0o755)
+    with tarfile.open(destination, "w:gz") as archive:
+        archive.add(unpacked / "bin", arcname="bin")
+    return destination
+
+
+def spark_home_for_cluster(directory: Path) -> Path:
+    """A SPARK_HOME made of links to the pyspark wheel's own files.
+
+    local-cluster's Workers start executors with ``$SPARK_HOME/jars`` on the class path and
+    write each executor's directory (the shipped files, its stdout/stderr) under
+    ``$SPARK_HOME/work``: pointing SPARK_HOME at the installed package would write there, into
+    the venv. The wheel has everything else the launch needs (``bin/spark-class``, ``jars/``).
+    """
+    import pyspark
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in Path(pyspark.__file__).parent.iterdir():
+        if entry.name not in ("work", "__pycache__") and not (directory / entry.name).exists():
+            (directory / entry.name).symlink_to(entry)
+    return directory
+
+
+@dataclass
+class _Running:
+    master: str
+    session: Any
+    jvm: subprocess.Popen[bytes]
+    saved_env: dict[str, str | None]
+    added_path: list[str] = field(default_factory=list)
+
+
+class SparkSessions:
+    """The one SparkSession of this process, by master; switching stops the other first."""
+
+    def __init__(self) -> None:
+        self._running: _Running | None = None
+
+    def get(self, master: str, env: dict[str, str] | None = None,
+            config: dict[str, str] | None = None, cwd: Path | None = None) -> Any:
+        """The running session if it has ``master``, else a new one (the old JVM ended).
+
+        ``env`` is set while the JVM launches and the session lives (the JVM keeps the copy
+        it started with; pyspark reads ``PYSPARK_PYTHON`` and ``PYSPARK_SUBMIT_ARGS`` at
+        start), then restored. ``cwd`` is the JVM's working directory (this process's only
+        while it launches).
+        """
+        if self._running is not None and self._running.master == master:
+            return self._running.session
+        self.stop()
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        from aiokprod.spark import KafkaDataSource
+
+        # Spark's Python workers (data source planning, tasks) must run this venv's interpreter
+        wanted = {"PYSPARK_PYTHON": sys.executable, **(env or {})}
+        saved = {name: os.environ.get(name) for name in wanted}
+        os.environ.update(wanted)
+        path_before = list(sys.path)
+        builder = (
+            SparkSession.builder.master(master)
+            .appName("aiokprod-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.python.worker.reuse", "true")
+        )
+        for name, value in (config or {}).items():
+            builder = builder.config(name, value)
+        here = os.getcwd()
         try:
-            session.stop()
-            gateway.shutdown()
+            if cwd is not None:
+                os.chdir(cwd)
+            session = builder.getOrCreate()
+        except BaseException:
+            _restore(saved)
+            raise
+        finally:
+            os.chdir(here)
+        gateway = SparkContext._gateway
+        assert gateway is not None
+        # --py-files puts the shipped zip on the driver's sys.path too; taken out at stop
+        added = [p for p in sys.path if p not in path_before]
+        self._running = _Running(master, session, gateway.proc, saved, added)
+        session.sparkContext.setLogLevel("ERROR")
+        session.dataSource.register(KafkaDataSource)
+        return session
+
+    def stop(self) -> None:
+        """Stop the session and end its JVM by PID (bounded waits), then restore the env."""
+        running, self._running = self._running, None
+        if running is None:
+            return
+        from pyspark import SparkContext
+
+        jvm = running.jvm
+        try:
+            running.session.stop()
+            if SparkContext._gateway is not None:
+                SparkContext._gateway.shutdown()
         finally:
             if jvm.stdin is not None:
                 jvm.stdin.close()  # the gateway JVM exits when its stdin closes
@@ -78,7 +200,62 @@ def spark() -> Iterator[Any]:
                 jvm.wait(timeout=10)
             SparkContext._gateway = None
             SparkContext._jvm = None
-            if saved is None:
-                os.environ.pop("PYSPARK_PYTHON", None)
-            else:
-                os.environ["PYSPARK_PYTHON"] = saved
+            for entry in running.added_path:
+                if entry in sys.path:
+                    sys.path.remove(entry)
+            _restore(running.saved_env)
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def _spark_sessions() -> Iterator[SparkSessions]:
+    sessions = SparkSessions()
+    try:
+        yield sessions
+    finally:
+        sessions.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(_spark_sessions: SparkSessions) -> Any:
+    """The local[2,2] SparkSession, our data source registered (shared across modules)."""
+    require_java()
+    return _spark_sessions.get(LOCAL)
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(_spark_sessions: SparkSessions,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local-cluster[2,1,1024] SparkSession for this module: the interpreter shipped by
+    ``spark.archives``, aiokprod by ``--py-files``.
+
+    Stopped at the module's end, so its executor JVMs do not outlive the module.
+    """
+    require_java()
+    base = tmp_path_factory.mktemp("spark-cluster")
+    shipped = zip_package(base / SHIPPED_ZIP)
+    driver_dir = base / "driver"
+    environment = pack_environment(base / "environment.tar.gz", driver_dir)
+    env = {
+        "SPARK_HOME": str(spark_home_for_cluster(base / "spark-home")),
+        # the standalone Master and Workers bind to this address, not the host's name
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        # the Python of every worker Spark starts: relative, so inside the unpacked archive
+        # (executors) or the driver's working directory (the driver host's workers)
+        "PYSPARK_PYTHON": "./environment/bin/python",
+        # what `spark-submit --py-files aiokprod.zip app.py` does, for a session made in Python
+        "PYSPARK_SUBMIT_ARGS": f"--py-files {shipped} pyspark-shell",
+    }
+    config = {"spark.archives": f"{environment}#environment"}
+    session = _spark_sessions.get(CLUSTER, env, config, cwd=driver_dir)
+    try:
+        yield session
+    finally:
+        _spark_sessions.stop()

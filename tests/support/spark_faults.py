@@ -1,0 +1,116 @@
+"""Writing through the sink with faults injected in its own Python worker, and reading back.
+
+Shared by ``test_spark_exactly_once.py`` (``local[2,2]``) and ``test_spark_cluster.py``
+(``local-cluster``): the same faults, in one process or across executor JVMs.
+
+The faulty data sources are classes made inside ``faulty_source``, so cloudpickle ships them to
+the executors by value: the executors need ``aiokprod`` (and pyspark), not this module.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql import DataFrame, SparkSession
+
+from aiokprod.spark import KafkaArrowWriter, KafkaDataSource
+from aiokprod.spark._transactional import batch_identity
+from support.reader import read_back
+
+ROWS = 10_000  # two Spark partitions of 5,000, Arrow batches of 1,000
+
+
+@contextmanager
+def arrow_batches_of(spark: SparkSession, rows: int) -> Iterator[None]:
+    """Arrow batches of ``rows`` rows, so a task has several and a fault can fall between two."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(rows))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def frame(spark: SparkSession, rows: int = ROWS, partitions: int = 2) -> DataFrame:
+    """``rows`` string values "0", "1", ... in ``partitions`` Spark partitions."""
+    return spark.range(0, rows, 1, partitions).selectExpr("cast(id as string) as value")
+
+
+def save(df: DataFrame, bootstrap: str, topic: str, source: str = "aiokprod",
+         transactional: bool = True, **options: str) -> None:
+    """``df.write.format(source)`` into ``topic``, transactional unless told otherwise."""
+    writer = (df.write.format(source).option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", topic).option("transactional", str(transactional).lower())
+              .option("kafka.linger.ms", "5"))
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.mode("append").save()
+
+
+def read_counts(bootstrap: str, topic: str, expected: int, isolation_level: str = "read_committed",
+           timeout: float = 30) -> Counter[int]:
+    """How often each integer value was read back (confluent-kafka's consumer)."""
+    records = read_back(bootstrap, topic, expected=expected, timeout=timeout, settle=1.0,
+                        isolation_level=isolation_level)
+    return Counter(int(r.value) for r in records if r.value is not None)
+
+
+def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSource]:
+    """A data source ``aiokprod-<fault>`` whose partition-0 task fails on its first attempt.
+
+    ``raise`` / ``exit``: after two Arrow batches were handed to the producer and a second for
+    them to reach the log, raise / ``os._exit(1)`` (the Python worker dies mid-task).
+    ``exit-always``: the same exit on every attempt, so the job fails.
+    ``exit-after-commit``: the task's write (transaction committed) returns, then the worker
+    exits before Spark hears of the result. ``pause``: after two batches, write the task's
+    transactional id to ``sync_dir/paused`` and wait for ``sync_dir/resume``.
+    """
+    sync = str(sync_dir) if sync_dir is not None else ""
+
+    class FaultyWriter(KafkaArrowWriter):
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
+            context = TaskContext.get()
+            assert context is not None
+            if context.partitionId() != 0 or (context.attemptNumber() != 0
+                                               and fault != "exit-always"):
+                return super().write(iterator)
+            if fault == "exit-after-commit":
+                super().write(iterator)
+                os._exit(1)
+            settings = self.settings
+
+            def faulty() -> Iterator[pa.RecordBatch]:
+                for i, batch in enumerate(iterator):
+                    if i == 2:
+                        time.sleep(1.0)  # the first two batches are in the log, uncommitted
+                        if fault == "raise":
+                            raise RuntimeError("injected: the task fails half-way")
+                        if fault in ("exit", "exit-always"):
+                            os._exit(1)
+                        if fault == "pause":
+                            txn_id = batch_identity(settings, 0).transactional_id
+                            Path(sync, "paused").write_text(txn_id)
+                            deadline = time.monotonic() + 60
+                            while not Path(sync, "resume").exists() and \
+                                    time.monotonic() < deadline:
+                                time.sleep(0.05)
+                    yield batch
+
+            return super().write(faulty())
+
+    class FaultySource(KafkaDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return f"aiokprod-{fault}"
+
+        def writer(self, schema: Any, overwrite: bool) -> KafkaArrowWriter:
+            return FaultyWriter(super().writer(schema, overwrite).settings)
+
+    return FaultySource
