@@ -165,6 +165,12 @@ class SparkSessions:
                 os.chdir(cwd)
             session = builder.getOrCreate()
         except BaseException:
+            # a JVM that launched but whose SparkContext failed to start is ended too
+            gateway = SparkContext._gateway
+            if gateway is not None:
+                _end_jvm(gateway.proc)
+                SparkContext._gateway = None
+                SparkContext._jvm = None
             _restore(saved)
             raise
         finally:
@@ -191,19 +197,24 @@ class SparkSessions:
             if SparkContext._gateway is not None:
                 SparkContext._gateway.shutdown()
         finally:
-            if jvm.stdin is not None:
-                jvm.stdin.close()  # the gateway JVM exits when its stdin closes
-            try:
-                jvm.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                jvm.kill()
-                jvm.wait(timeout=10)
+            _end_jvm(jvm)
             SparkContext._gateway = None
             SparkContext._jvm = None
             for entry in running.added_path:
                 if entry in sys.path:
                     sys.path.remove(entry)
             _restore(running.saved_env)
+
+
+def _end_jvm(jvm: subprocess.Popen[bytes]) -> None:
+    """End the gateway JVM: it exits when its stdin closes; killed after 30 s."""
+    if jvm.stdin is not None:
+        jvm.stdin.close()
+    try:
+        jvm.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        jvm.kill()
+        jvm.wait(timeout=10)
 
 
 def _restore(saved: dict[str, str | None]) -> None:
