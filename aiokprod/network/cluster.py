@@ -407,7 +407,11 @@ class Cluster:
 
     async def refresh_now(self, timeout_ms: float) -> None:
         """Refresh once, bounded; used at start-up and by tests."""
-        await asyncio.wait_for(self._refresh_once(), timeout_ms / 1000)
+        try:
+            await asyncio.wait_for(self._refresh_once(), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            raise KafkaTimeoutError(f"[client {self.client_id}] no metadata within "
+                                    f"{round(timeout_ms)} ms") from None
 
     async def _refresh_loop(self) -> None:
         while not self._closed:
@@ -433,7 +437,7 @@ class Cluster:
                     f"{self.rebootstrap_trigger_ms}: {self._last_error}")
             try:
                 await asyncio.wait_for(self._refresh_once(), self._attempt_bound(now))
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (KafkaError, asyncio.TimeoutError) as exc:  # the bound of this attempt
                 self._failures += 1
                 self._last_error = exc
                 log.debug("[client %s] metadata refresh failed: %s", self.client_id, exc)

@@ -48,6 +48,7 @@ from aiokprod.errors import (
     UnsupportedVersionError,
     raise_for_error_code,
 )
+from aiokprod.network.errors import map_exceptions, transport_errors
 from aiokprod.network.messages import KafkaRequest, KafkaResponse
 from aiokprod.network.security import (
     PLAINTEXT,
@@ -276,28 +277,15 @@ class BrokerConnection:
             if context is None:
                 context = build_ssl_context()
             connect = functools.partial(tcp_connect, ssl_context=context)
+        errors = transport_errors(
+            conn._name, tls=conn._security.protocol,
+            timeout=f"socket.connection.setup.timeout.ms={round(connect_timeout_ms)}")
         try:
-            await asyncio.wait_for(
-                conn._setup(connect, send_buffer_bytes, receive_buffer_bytes),
-                connect_timeout_ms / 1000)
-        except asyncio.TimeoutError as exc:
-            error = KafkaConnectionError(
-                f"{conn._name}: connection setup did not finish within "
-                f"socket.connection.setup.timeout.ms={round(connect_timeout_ms)}")
-            conn.close(error)
-            raise error from exc
-        except ssl.SSLError as exc:
-            # an untrusted or mismatched certificate, or a peer that does not speak TLS:
-            # retrying the same settings will not help, so it is not a connection error
-            auth = AuthenticationError(
-                f"{conn._name}: TLS handshake failed ({conn._security.protocol}): "
-                f"{getattr(exc, 'verify_message', None) or exc.reason or exc}")
-            conn.close(auth)
-            raise auth from None
-        except OSError as exc:
-            conn.close(KafkaConnectionError(f"{conn._name}: {exc}"))
-            raise KafkaConnectionError(f"{conn._name}: cannot connect: {exc}") from exc
-        except AuthenticationError as exc:
+            with map_exceptions(errors):
+                await asyncio.wait_for(
+                    conn._setup(connect, send_buffer_bytes, receive_buffer_bytes),
+                    connect_timeout_ms / 1000)
+        except KafkaError as exc:
             conn.close(exc)
             raise
         except BaseException:
@@ -562,8 +550,8 @@ class BrokerConnection:
         pending = self._pending[0]
         try:
             correlation_id, offset = decode_response_header(frame, pending.header_version)
-        except ProtocolError as exc:
-            self._fail(ProtocolError(f"{self._name}: bad response header: {exc}"))
+        except Exception as exc:  # any decode failure: the broker sent it
+            self._fail(ProtocolError(f"{self._name}: bad response header: {_why(exc)}"))
             return False
         if correlation_id != pending.correlation_id:
             self._fail(ProtocolError(
@@ -583,9 +571,10 @@ class BrokerConnection:
                 if pending.response_type is not ApiVersionsResponse or pending.version == 0:
                     raise
                 response = _unsupported_api_versions(body)
-        except ProtocolError as exc:
+        except Exception as exc:  # popped: the request must fail here
             error = ProtocolError(
-                f"{self._name}: malformed {pending.api_name} v{pending.version} response: {exc}")
+                f"{self._name}: malformed {pending.api_name} v{pending.version} response: "
+                f"{_why(exc)}")
             if not pending.future.done():
                 pending.future.set_exception(error)
             self._fail(error)
@@ -746,6 +735,12 @@ def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
             target.set_result(done.result())
 
     source.add_done_callback(copy)
+
+
+def _why(exc: Exception) -> str:
+    """A decode error for a message: a ``ProtocolError`` says where; anything else (a decoder
+    bug on unexpected bytes) is named by its class too."""
+    return str(exc) if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -8,7 +8,12 @@ import random
 
 import pytest
 
-from aiokprod.errors import BufferExhaustedError, IllegalStateError, RecordTooLargeError
+from aiokprod.errors import (
+    BufferExhaustedError,
+    IllegalStateError,
+    KafkaTimeoutError,
+    RecordTooLargeError,
+)
 from aiokprod.metrics import PRODUCER_GROUP, MetricsRegistry, ProducerMetrics
 from aiokprod.producer.buffer_pool import BufferPool
 
@@ -99,7 +104,7 @@ async def test_max_block_expiry_raises_naming_max_block_ms_and_returns_memory() 
     assert "max.block.ms (max_block_ms) = 5 ms" in text
     assert "500 bytes" in text and "buffer.memory (buffer_memory) = 1000" in text
     assert "accumulated for this request = 300" in text
-    assert isinstance(err.value, TimeoutError)
+    assert isinstance(err.value, KafkaTimeoutError)
     s = pool.statistics()
     # The 300 bytes it accumulated went back.
     assert s.available_memory == 300 and s.waiters == 0 and s.accumulated_by_waiters == 0
