@@ -31,7 +31,6 @@ from typing import Any
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
-from aiokprod.config import parse_bootstrap_servers
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
@@ -40,6 +39,7 @@ from aiokprod.errors import (
     RebootstrapRequiredError,
     error_for_code,
 )
+from aiokprod.network.addresses import parse_bootstrap
 from aiokprod.network.connection import BrokerConnection, TransportConnector
 from aiokprod.network.metadata import (
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -69,16 +69,6 @@ _FATAL_TOPIC_ERRORS = frozenset({ErrorCode.INVALID_TOPIC_EXCEPTION,
 _WAIT_TOPIC_ERRORS = frozenset({UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE})
 # How often housekeeping looks again at a link it could not close yet (requests in flight).
 _RECHECK_S = 1.0
-
-
-def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
-    """'h1:9092,h2:9093' or ['h1:9092'] → [(host, port)]; validated by the config's parser
-    (a ``ConfigError``, i.e. a ``ValueError``, naming bootstrap.servers on junk)."""
-    result: list[tuple[str, int]] = []
-    for entry in parse_bootstrap_servers(servers):
-        host, _, port = entry.rpartition(":")
-        result.append((host.strip("[]"), int(port)))
-    return result
 
 
 @dataclass(frozen=True)

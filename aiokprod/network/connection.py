@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from aiokprod import __version__
 from aiokprod._error_codes import ErrorCode
+from aiokprod._version import __version__
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
