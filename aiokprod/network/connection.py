@@ -49,7 +49,6 @@ from aiokprod.errors import (
     raise_for_error_code,
 )
 from aiokprod.network.errors import map_exceptions, transport_errors
-from aiokprod.network.messages import KafkaRequest, KafkaResponse
 from aiokprod.network.security import (
     PLAINTEXT,
     SecurityOptions,
@@ -61,6 +60,8 @@ from aiokprod.network.transport import TransportConnector, tcp_connect
 from aiokprod.protocol import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    KafkaRequest,
+    KafkaResponse,
     decode_response_header,
     encode_request,
 )
