@@ -1,4 +1,4 @@
-"""``bootstrap.servers``: reading the list of brokers to dial first.
+"""``bootstrap.servers``: reading the list of brokers to dial first, and resolving it.
 
 Lives in the network layer, which dials these addresses; ``aiokprod.config`` validates the
 setting with the same function, so both accept exactly the same inputs (a bad entry is a
@@ -7,11 +7,15 @@ setting with the same function, so both accept exactly the same inputs (a bad en
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import socket
 from collections.abc import Sequence
 
-from aiokprod.errors import ConfigError
+from aiokprod.errors import ConfigError, KafkaConnectionError
+from aiokprod.network.errors import map_exceptions
 
-__all__ = ["parse_bootstrap", "parse_bootstrap_servers"]
+__all__ = ["canonical_names", "parse_bootstrap", "parse_bootstrap_servers"]
 
 
 def _fail(value: object, allowed: str) -> ConfigError:
@@ -57,3 +61,29 @@ def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
         host, _, port = entry.rpartition(":")
         result.append((host.strip("[]"), int(port)))
     return result
+
+
+async def canonical_names(servers: Sequence[tuple[str, int]], who: str) -> list[tuple[str, int]]:
+    """Each host replaced by the canonical names of all its addresses (Java resolves every
+    address and takes ``getCanonicalHostName()``), e.g. so a Kerberos principal matches the
+    broker's name; an address without a reverse name is kept as an address. A host that does
+    not resolve is a ``KafkaConnectionError`` (``who`` names the client)."""
+    loop = asyncio.get_running_loop()
+    resolved: list[tuple[str, int]] = []
+    for host, port in servers:
+        where = f"{who} cannot resolve bootstrap server {host}:{port} " \
+                "(client.dns.lookup=resolve_canonical_bootstrap_servers_only)"
+        with map_exceptions({OSError: functools.partial(_unresolvable, where)}):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        for *_, address in infos:
+            try:
+                name, _ = await loop.getnameinfo((str(address[0]), port), socket.NI_NAMEREQD)
+            except OSError:  # no reverse name: the address stands for itself
+                name = str(address[0])
+            if (name, port) not in resolved:
+                resolved.append((name, port))
+    return resolved
+
+
+def _unresolvable(where: str, exc: BaseException) -> KafkaConnectionError:
+    return KafkaConnectionError(f"{where}: {exc}")
