@@ -148,8 +148,6 @@ class BrokerConnection:
         self.bytes_sent = 0
         self._bytes_received = 0
         self.timeouts = 0
-        # Called with (api_key, latency_seconds) for every answered request: the metrics hook.
-        self.on_latency: Callable[[int, float], None] | None = None
         # the ApiVersions version the handshake settled on (-1 until it is done)
         self.api_versions_version = -1
         # SASL session and its re-authentication (KIP-368); holds requests meanwhile
@@ -249,10 +247,6 @@ class BrokerConnection:
             self._closed_cause is None and not self.session.holding
 
     @property
-    def paused(self) -> bool:
-        return self._write_paused
-
-    @property
     def write_buffer_size(self) -> int:
         transport = self._transport
         return 0 if transport is None or transport.is_closing() else \
@@ -317,8 +311,7 @@ class BrokerConnection:
             response_type: type[Any] = request.RESPONSE_TYPE
             self._pending.append(Pending(
                 correlation_id, future, response_type, version,
-                response_type.header_version(version), deadline, request.API_NAME, now,
-                request.API_KEY))
+                response_type.header_version(version), deadline, request.API_NAME, now))
             if deadline < self._timer_deadline:
                 self._arm_timer(deadline)
         transport.write(frame)
@@ -416,8 +409,6 @@ class BrokerConnection:
                 pending.future.set_exception(error)
             self._fail(error)
             return False
-        if self.on_latency is not None:
-            self.on_latency(pending.api_key, self._clock() - pending.sent_at)
         if not pending.future.done():
             pending.future.set_result(response)
         return True

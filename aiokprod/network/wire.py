@@ -84,7 +84,7 @@ class WireProtocol(asyncio.Protocol):
 class Pending:
     """A request written to the socket whose response has not been matched yet."""
 
-    __slots__ = ("api_key", "api_name", "correlation_id", "deadline", "future", "header_version",
+    __slots__ = ("api_name", "correlation_id", "deadline", "future", "header_version",
                  "response_type", "sent_at", "version")
 
     def __init__(
@@ -97,9 +97,7 @@ class Pending:
         deadline: float,
         api_name: str,
         sent_at: float,
-        api_key: int,
     ) -> None:
-        self.api_key = api_key  # for per-API latency metrics
         self.correlation_id = correlation_id  # matched against the response header
         self.future = future  # resolved with the decoded response body
         self.response_type = response_type  # decodes the body
