@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from aiokprod.producer.transactions import ConsumerGroupMetadata
     from aiokprod.settings import ProducerSettings
 
-# The one place the version is written: pyproject.toml reads it (setuptools dynamic version).
-__version__ = "0.1.0"
+from aiokprod._version import __version__  # written once, in aiokprod/_version.py
 
 _ERRORS = (
     "AuthenticationError",

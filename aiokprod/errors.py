@@ -14,15 +14,22 @@
           ├── ConfigError                        (also ValueError) invalid producer configuration
           ├── SerializationError                 (also ValueError) a serializer failed
           ├── RecordTooLargeError                (also ValueError) a record can never fit
-          ├── KafkaTimeoutError                  (also TimeoutError) a bounded wait expired
+          ├── KafkaTimeoutError                  a bounded wait expired
           │    ├── BufferExhaustedError          no buffer memory within max.block.ms
           │    └── ClientRequestTimeoutError     no response within request.timeout.ms
-          ├── KafkaConnectionError               (also ConnectionError) socket refused/reset/closed
+          ├── KafkaConnectionError               socket refused/reset/closed
           ├── ProtocolError                      malformed or truncated bytes from a broker
           ├── AuthenticationError                TLS or SASL authentication failed
           ├── ProducerClosedError                the producer is closed or closing
           ├── TransactionAbortedError            a queued record dropped by abort_transaction()
           └── IllegalStateError                  (also RuntimeError) an illegal state transition
+
+No class derives from ``OSError`` (nor from ``TimeoutError`` or ``ConnectionError``, which are
+``OSError`` subclasses): an ``except OSError`` around file or socket code of the application
+never swallows a ``KafkaTimeoutError``, and ``except KafkaError`` is the one clause that catches
+everything aiokprod raises. Socket, TLS and stream errors are turned into these classes once,
+where the network layer touches the transport (``aiokprod.network.errors.map_exceptions``),
+so nothing above it sees an ``OSError``.
 
 Three timeouts, three meanings:
 
@@ -122,12 +129,13 @@ class RecordTooLargeError(KafkaError, ValueError):
     message = "The record is larger than the producer can ever send."
 
 
-class KafkaTimeoutError(KafkaError, TimeoutError):
+class KafkaTimeoutError(KafkaError):
     """A bounded wait expired; the message names the config value that bounds it.
 
     Raised as is for the user-facing bounds: max.block.ms (metadata in ``send()``,
     ``partitions_for()``), delivery.timeout.ms (a record's future) and ``flush(timeout=)``.
-    Java's ``org.apache.kafka.common.errors.TimeoutException``.
+    Java's ``org.apache.kafka.common.errors.TimeoutException``. Not a ``TimeoutError``
+    (an ``OSError``): catch it by this name or as a ``KafkaError``.
     """
 
     retriable = True
@@ -158,9 +166,10 @@ class ClientRequestTimeoutError(KafkaTimeoutError):
 RequestTimeoutError = ClientRequestTimeoutError
 
 
-class KafkaConnectionError(KafkaError, ConnectionError):
+class KafkaConnectionError(KafkaError):
     """A connection to a broker was refused, reset or closed; retrying on a new connection
-    may succeed."""
+    may succeed. Not a ``ConnectionError`` (an ``OSError``); the socket's own error is its
+    ``__cause__``."""
 
     retriable = True
     category = ErrorCategory.RETRIABLE

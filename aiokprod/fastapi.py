@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse
 from aiokprod.errors import (
     IllegalTopicNameError,
     KafkaError,
+    KafkaTimeoutError,
     ProducerClosedError,
     RecordTooLargeError,
     SerializationError,
@@ -120,7 +121,7 @@ def kafka_error_response(exc: KafkaError, *, retry_after_s: int = 1) -> JSONResp
     if isinstance(exc, (SerializationError, IllegalTopicNameError)):
         return JSONResponse(body, status_code=400)
     # ProducerClosedError: closing or fatal; either way another instance may take the request
-    if exc.retriable or isinstance(exc, (ProducerClosedError, TimeoutError)):
+    if exc.retriable or isinstance(exc, (ProducerClosedError, KafkaTimeoutError)):
         return JSONResponse(body, status_code=503,
                             headers={"Retry-After": str(retry_after_s)})
     return JSONResponse(body, status_code=502)

@@ -42,7 +42,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
-from aiokprod import __version__
+from aiokprod._version import __version__
 from aiokprod.producer.batch import RecordMetadata
 from aiokprod.producer.bulk import SendManyResult
 from aiokprod.producer.producer import Producer

@@ -1,9 +1,9 @@
-"""One TCP connection to one Kafka broker: framing, pipelining, timeouts, clean failure.
+"""One TCP connection to one Kafka broker: pipelining, timeouts, clean failure.
 
-Why an ``asyncio.Protocol`` and not streams: the sender pipelines several Produce requests per
-connection and the broker answers them strictly in order, so a response is matched to the head of
-a FIFO of pending requests inside ``data_received``. That costs no coroutine, task or timer per
-response; a reader coroutine awaiting ``readexactly`` twice per frame would.
+Frames are cut from the byte stream by ``wire.WireProtocol``; the session (set-up, SASL and its
+re-authentication) is ``session.py``'s. This module writes requests, matches each response to
+the oldest pending request, decodes it, and fails everything in flight with one cause when the
+connection ends.
 
 Invariants (tests assert them through ``statistics()``):
 - every request sent is either answered, failed with the cause, or still pending — never dropped;
@@ -27,18 +27,15 @@ like any request (Java's NetworkClient completes an acks=0 send only once the so
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import ssl
-import struct
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from aiokprod import __version__
-from aiokprod._error_codes import ErrorCode
+from aiokprod._version import __version__
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
@@ -46,20 +43,15 @@ from aiokprod.errors import (
     ProtocolError,
     RequestTimeoutError,
     UnsupportedVersionError,
-    raise_for_error_code,
 )
-from aiokprod.network.messages import KafkaRequest, KafkaResponse
-from aiokprod.network.security import (
-    PLAINTEXT,
-    SecurityOptions,
-    authenticate,
-    build_ssl_context,
-    reauthentication_delay,
-)
+from aiokprod.network.security import PLAINTEXT, SecurityOptions
+from aiokprod.network.session import Session, open_session, unsupported_api_versions
 from aiokprod.network.transport import TransportConnector, tcp_connect
+from aiokprod.network.wire import Pending, WireProtocol
 from aiokprod.protocol import (
-    ApiVersionsRequest,
     ApiVersionsResponse,
+    KafkaRequest,
+    KafkaResponse,
     decode_response_header,
     encode_request,
 )
@@ -76,40 +68,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _R = TypeVar("_R")  # the response type of the request being sent
-
-_SIZE = struct.Struct(">i")
-_MAX_FRAME = 512 * 1024 * 1024  # a size beyond this is corruption, not a response
-_API_VERSIONS_PREFERRED = 3  # KIP-511 client name/version arrive from v3 (flexible)
-_UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
-
-
-class _Pending:
-    """A request written to the socket whose response has not been matched yet."""
-
-    __slots__ = ("api_key", "api_name", "correlation_id", "deadline", "future", "header_version",
-                 "response_type", "sent_at", "version")
-
-    def __init__(
-        self,
-        correlation_id: int,
-        future: asyncio.Future[Any],
-        response_type: type[Any],
-        version: int,
-        header_version: int,
-        deadline: float,
-        api_name: str,
-        sent_at: float,
-        api_key: int,
-    ) -> None:
-        self.api_key = api_key  # for per-API latency metrics
-        self.correlation_id = correlation_id  # matched against the response header
-        self.future = future  # resolved with the decoded response body
-        self.response_type = response_type  # decodes the body
-        self.version = version  # the version the request was encoded with
-        self.header_version = header_version  # response header layout to expect
-        self.deadline = deadline  # monotonic time after which the connection is given up
-        self.api_name = api_name  # for error messages
-        self.sent_at = sent_at  # latency measurement
 
 
 @dataclass(frozen=True)
@@ -130,50 +88,6 @@ class ConnectionStatistics:
     write_buffer_bytes: int = 0
     # requests sent expecting no answer whose bytes have not left the buffer yet
     unflushed: int = 0
-
-
-class _WireProtocol(asyncio.Protocol):
-    """Adapts asyncio's transport callbacks to the connection; holds only the partial frame."""
-
-    def __init__(self, conn: BrokerConnection) -> None:
-        self._conn = conn
-        self._buffer = bytearray()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._conn._on_connection_made(cast(asyncio.Transport, transport))
-
-    def data_received(self, data: bytes) -> None:
-        buf = self._buffer
-        buf += data
-        pos = 0
-        end = len(buf)
-        conn = self._conn
-        while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 4 or size > _MAX_FRAME:
-                conn._fail(ProtocolError(f"{conn._name}: invalid response frame size {size}"))
-                return
-            if end - pos - 4 < size:
-                break
-            frame = bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-            conn._bytes_received += size + 4
-            if not conn._on_frame(frame):
-                return
-        if pos:
-            del buf[:pos]
-
-    def eof_received(self) -> bool | None:
-        return None  # let the transport close; connection_lost reports it
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._conn._on_connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self._conn._write_paused = True
-
-    def resume_writing(self) -> None:
-        self._conn._on_resume_writing()
 
 
 class BrokerConnection:
@@ -207,7 +121,7 @@ class BrokerConnection:
         self._name = f"[client {client_id}] node {node_id} ({host}:{port})"
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._pending: deque[_Pending] = deque()
+        self._pending: deque[Pending] = deque()
         # correlation ids of requests sent expecting no answer (Produce acks=0); Kafka never
         # answers them but some brokers (Tansu) do, and such an answer must not look like a
         # protocol violation. Bounded: only the most recent ones can still be answered.
@@ -234,19 +148,12 @@ class BrokerConnection:
         self.bytes_sent = 0
         self._bytes_received = 0
         self.timeouts = 0
-        # Called with (api_key, latency_seconds) for every answered request: the metrics hook.
-        self.on_latency: Callable[[int, float], None] | None = None
-        # KIP-368: while re-authenticating, other requests wait here (request, version,
-        # timeout_ms, expect_response, future) and go out, in order, once it is done
-        self._held: list[tuple[KafkaRequest[Any], int | None, int | None, bool,
-                               asyncio.Future[Any]]] | None = None
-        self._reauth_timer: asyncio.TimerHandle | None = None
-        self._reauth_task: asyncio.Task[None] | None = None
-        # SASL session lifetime the broker gave (ms; 0: none) and re-authentications done
-        self.session_lifetime_ms = 0
-        self.reauthentications = 0
+        # the ApiVersions version the handshake settled on (-1 until it is done)
+        self.api_versions_version = -1
+        # SASL session and its re-authentication (KIP-368); holds requests meanwhile
+        self.session = Session(self)
         # set once open() finished (TLS, ApiVersions, SASL): failures before it are set-up ones
-        self._established = False
+        self.established = False
 
     # ---- opening ---------------------------------------------------------------------------
 
@@ -270,130 +177,37 @@ class BrokerConnection:
         nothing is left running.
         """
         conn = cls(host, port, **kwargs)
-        connect = tcp_connect if connector is None else connector
-        context = conn._security.ssl_context
-        if connector is None and conn._security.uses_tls:
-            if context is None:
-                context = build_ssl_context()
-            connect = functools.partial(tcp_connect, ssl_context=context)
-        try:
-            await asyncio.wait_for(
-                conn._setup(connect, send_buffer_bytes, receive_buffer_bytes),
-                connect_timeout_ms / 1000)
-        except asyncio.TimeoutError as exc:
-            error = KafkaConnectionError(
-                f"{conn._name}: connection setup did not finish within "
-                f"socket.connection.setup.timeout.ms={round(connect_timeout_ms)}")
-            conn.close(error)
-            raise error from exc
-        except ssl.SSLError as exc:
-            # an untrusted or mismatched certificate, or a peer that does not speak TLS:
-            # retrying the same settings will not help, so it is not a connection error
-            auth = AuthenticationError(
-                f"{conn._name}: TLS handshake failed ({conn._security.protocol}): "
-                f"{getattr(exc, 'verify_message', None) or exc.reason or exc}")
-            conn.close(auth)
-            raise auth from None
-        except OSError as exc:
-            conn.close(KafkaConnectionError(f"{conn._name}: {exc}"))
-            raise KafkaConnectionError(f"{conn._name}: cannot connect: {exc}") from exc
-        except AuthenticationError as exc:
-            conn.close(exc)
-            raise
-        except BaseException:
-            conn.close(KafkaConnectionError(f"{conn._name}: connection setup abandoned"))
-            raise
-        conn._established = True
+        await open_session(conn, connect_timeout_ms=connect_timeout_ms,
+                           send_buffer_bytes=send_buffer_bytes,
+                           receive_buffer_bytes=receive_buffer_bytes, connector=connector)
         return conn
 
-    async def _setup(self, connect: TransportConnector, send_buffer_bytes: int,
-                     receive_buffer_bytes: int) -> None:
-        await connect(self.host, self.port, lambda: _WireProtocol(self), send_buffer_bytes,
-                      receive_buffer_bytes)
-        await self._handshake()
-        if self._security.uses_sasl:
-            await self._authenticate()
+    def protocol_factory(self) -> asyncio.Protocol:
+        """The asyncio protocol a transport to the broker feeds (framing lives there)."""
+        return WireProtocol(self)
 
-    # ---- SASL (KIP-368 re-authentication included) ------------------------------------------
+    @property
+    def name(self) -> str:
+        """``[client id] node N (host:port)``: how logs and errors name this connection."""
+        return self._name
 
-    async def _authenticate(self) -> None:
-        lifetime = await authenticate(self._request_now, self.broker_versions, self._security,
-                                      broker=self._name)
-        self.session_lifetime_ms = lifetime
-        delay = reauthentication_delay(lifetime)
-        if delay is not None and self._closed_cause is None:
-            self._reauth_timer = self._loop.call_later(delay, self._start_reauthentication)
+    @property
+    def security(self) -> SecurityOptions:
+        return self._security
 
-    def _start_reauthentication(self) -> None:
-        """The session nears its end: authenticate again on this same connection.
+    @property
+    def software(self) -> tuple[str, str]:
+        """(client software name, version) sent in ApiVersions (KIP-511)."""
+        return self._software
 
-        Requests already written stay in the pipeline (the broker answers them in order before
-        the SASL ones); requests sent meanwhile are held and written afterwards, in order, so
-        nothing fails and nothing is reordered.
-        """
-        self._reauth_timer = None
-        if self._closed_cause is not None:
-            return
-        self._held = []
-        self._reauth_task = self._loop.create_task(
-            self._reauthenticate(), name=f"aiokprod-reauth[{self.node_id}]")
+    @property
+    def session_lifetime_ms(self) -> int:
+        """The SASL session lifetime the broker gave at the last authentication (0: none)."""
+        return self.session.lifetime_ms
 
-    async def _reauthenticate(self) -> None:
-        try:
-            await self._authenticate()
-        except BaseException as exc:
-            cause = exc if isinstance(exc, KafkaError) else AuthenticationError(
-                f"{self._name}: re-authentication failed: {type(exc).__name__}: {exc}")
-            self._fail(cause)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return
-        finally:
-            self._reauth_task = None
-        self.reauthentications += 1
-        log.debug("%s: re-authenticated (session lifetime %d ms)", self._name,
-                  self.session_lifetime_ms)
-        held, self._held = self._held or [], None
-        for request, version, timeout_ms, expect, future in held:
-            _chain(self._send_now(request, version, timeout_ms, expect), future)
-        if self.on_writable is not None and self.writable:
-            self.on_writable()
-
-    def _request_now(self, request: KafkaRequest[_R], version: int) -> asyncio.Future[_R]:
-        """Send past the re-authentication hold: the SASL exchange itself."""
-        # expect_response=True: the future resolves to a decoded response, never to None
-        return cast("asyncio.Future[_R]", self._send_now(request, version, None, True))
-
-    async def _handshake(self) -> None:
-        """ApiVersions v3 (client name/version), falling back on UNSUPPORTED_VERSION.
-
-        A broker that does not know v3 answers with error 35 and its own ApiVersions range in a
-        v0 body; we then retry with the highest version it named (v0 for old brokers).
-        """
-        request = ApiVersionsRequest(
-            client_software_name=self._software[0],
-            client_software_version=self._software[1],
-        )
-        version = _API_VERSIONS_PREFERRED
-        for _ in range(3):
-            response = await self.request(request, version=version)
-            if response.error_code == _UNSUPPORTED_VERSION:
-                offered = [k for k in response.api_keys if k.api_key == ApiVersionsRequest.API_KEY]
-                fallback = min(offered[0].max_version, version - 1) if offered else 0
-                if fallback < 0 or fallback >= version:
-                    break
-                log.debug("%s: ApiVersions v%d unsupported, retrying v%d",
-                          self._name, version, fallback)
-                version = fallback
-                continue
-            if response.error_code != ErrorCode.NONE:
-                raise_for_error_code(response.error_code, f"{self._name}: ApiVersions")
-            self.broker_versions = {
-                k.api_key: (k.min_version, k.max_version) for k in response.api_keys
-            }
-            self.api_versions_version = version
-            return
-        raise UnsupportedVersionError(f"{self._name}: broker accepts no ApiVersions version")
+    @property
+    def reauthentications(self) -> int:
+        return self.session.reauthentications
 
     # ---- versions --------------------------------------------------------------------------
 
@@ -430,11 +244,7 @@ class BrokerConnection:
     def writable(self) -> bool:
         """Connected and not write-paused: more requests would not just pile up in memory."""
         return not self._write_paused and self._transport is not None and \
-            self._closed_cause is None and self._held is None
-
-    @property
-    def paused(self) -> bool:
-        return self._write_paused
+            self._closed_cause is None and not self.session.holding
 
     @property
     def write_buffer_size(self) -> int:
@@ -470,15 +280,17 @@ class BrokerConnection:
         else on ``resume_writing``; it fails with the connection, or after ``request_timeout_ms``.
         While the connection re-authenticates (KIP-368) the request is held and written after.
         """
-        held = self._held
+        held = self.session.held
         if held is not None and self._closed_cause is None:
             waiting: asyncio.Future[_R | None] = self._loop.create_future()
             held.append((request, version, timeout_ms, expect_response, waiting))
             return waiting
-        return self._send_now(request, version, timeout_ms, expect_response)
+        return self.write(request, version, timeout_ms, expect_response)
 
-    def _send_now(self, request: KafkaRequest[_R], version: int | None, timeout_ms: int | None,
-                  expect_response: bool) -> asyncio.Future[_R | None]:
+    def write(self, request: KafkaRequest[_R], version: int | None, timeout_ms: int | None,
+              expect_response: bool) -> asyncio.Future[_R | None]:
+        """Frame and write ``request`` now, past any re-authentication hold (``send`` is the
+        entry point; the session writes its SASL exchange and the held requests with this)."""
         future: asyncio.Future[_R | None] = self._loop.create_future()
         cause = self._closed_cause
         transport = self._transport
@@ -497,10 +309,9 @@ class BrokerConnection:
         deadline = now + timeout
         if expect_response:
             response_type: type[Any] = request.RESPONSE_TYPE
-            self._pending.append(_Pending(
+            self._pending.append(Pending(
                 correlation_id, future, response_type, version,
-                response_type.header_version(version), deadline, request.API_NAME, now,
-                request.API_KEY))
+                response_type.header_version(version), deadline, request.API_NAME, now))
             if deadline < self._timer_deadline:
                 self._arm_timer(deadline)
         transport.write(frame)
@@ -538,7 +349,10 @@ class BrokerConnection:
             future.add_done_callback(_retrieve)  # its outcome has no reader any more
             raise
 
-    def _on_resume_writing(self) -> None:
+    def writing_paused(self) -> None:
+        self._write_paused = True
+
+    def writing_resumed(self) -> None:
         """The buffer drained below the low-water mark: what was waiting in it is sent."""
         self._write_paused = False
         unflushed, self._unflushed = self._unflushed, deque()
@@ -550,8 +364,12 @@ class BrokerConnection:
 
     # ---- receiving -------------------------------------------------------------------------
 
-    def _on_frame(self, frame: bytes) -> bool:
+    def frame_size_invalid(self, size: int) -> None:
+        self._fail(ProtocolError(f"{self._name}: invalid response frame size {size}"))
+
+    def frame_received(self, frame: bytes) -> bool:
         """Match one response frame to the oldest pending request. False if the link broke."""
+        self._bytes_received += len(frame) + 4
         if self._unanswered and len(frame) >= 4 and \
                 int.from_bytes(frame[:4], "big", signed=True) in self._unanswered:
             self._unanswered.remove(int.from_bytes(frame[:4], "big", signed=True))
@@ -562,8 +380,8 @@ class BrokerConnection:
         pending = self._pending[0]
         try:
             correlation_id, offset = decode_response_header(frame, pending.header_version)
-        except ProtocolError as exc:
-            self._fail(ProtocolError(f"{self._name}: bad response header: {exc}"))
+        except Exception as exc:  # any decode failure: the broker sent it
+            self._fail(ProtocolError(f"{self._name}: bad response header: {_why(exc)}"))
             return False
         if correlation_id != pending.correlation_id:
             self._fail(ProtocolError(
@@ -582,16 +400,15 @@ class BrokerConnection:
                 # UNSUPPORTED_VERSION in a v0 body (KIP-511); every other API fails here.
                 if pending.response_type is not ApiVersionsResponse or pending.version == 0:
                     raise
-                response = _unsupported_api_versions(body)
-        except ProtocolError as exc:
+                response = unsupported_api_versions(body)
+        except Exception as exc:  # popped: the request must fail here
             error = ProtocolError(
-                f"{self._name}: malformed {pending.api_name} v{pending.version} response: {exc}")
+                f"{self._name}: malformed {pending.api_name} v{pending.version} response: "
+                f"{_why(exc)}")
             if not pending.future.done():
                 pending.future.set_exception(error)
             self._fail(error)
             return False
-        if self.on_latency is not None:
-            self.on_latency(pending.api_key, self._clock() - pending.sent_at)
         if not pending.future.done():
             pending.future.set_result(response)
         return True
@@ -645,11 +462,11 @@ class BrokerConnection:
 
     # ---- closing ---------------------------------------------------------------------------
 
-    def _on_connection_made(self, transport: asyncio.Transport) -> None:
+    def transport_made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
 
-    def _on_connection_lost(self, exc: Exception | None) -> None:
-        if isinstance(exc, ssl.SSLError) and not self._established:
+    def transport_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError) and not self.established:
             # a TLS alert before the connection was usable: the broker refused our certificate
             # (missing, or from a CA it does not trust) — the same settings will fail again
             self._fail(AuthenticationError(
@@ -685,15 +502,7 @@ class BrokerConnection:
         for _, future in unflushed:
             if not future.done():
                 future.set_exception(cause)
-        if self._reauth_timer is not None:
-            self._reauth_timer.cancel()
-            self._reauth_timer = None
-        held, self._held = self._held, None
-        for _, _, _, _, future in held or ():
-            if not future.done():
-                future.set_exception(cause)
-        if self._reauth_task is not None and self._reauth_task is not asyncio.current_task():
-            self._reauth_task.cancel()
+        self.session.close(cause)
         if self._transport is not None:
             self._transport.abort()
         if first and self.on_close is not None:
@@ -731,38 +540,12 @@ class BrokerConnection:
                 f"in_flight={len(self._pending)} sent={self.requests_sent}>")
 
 
-def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
-    """Complete ``target`` as ``source`` completes (a held request's caller-facing future)."""
-    def copy(done: asyncio.Future[Any]) -> None:
-        if target.done():
-            if not done.cancelled():
-                done.exception()
-            return
-        if done.cancelled():
-            target.cancel()
-        elif done.exception() is not None:
-            target.set_exception(done.exception())  # type: ignore[arg-type]
-        else:
-            target.set_result(done.result())
-
-    source.add_done_callback(copy)
+def _why(exc: Exception) -> str:
+    """A decode error for a message: a ``ProtocolError`` says where; anything else (a decoder
+    bug on unexpected bytes) is named by its class too."""
+    return str(exc) if isinstance(exc, ProtocolError) else f"{type(exc).__name__}: {exc}"
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
-
-
-def _unsupported_api_versions(body: memoryview) -> Any:
-    """Read an ApiVersions answer to a version the broker does not support.
-
-    Kafka brokers answer in a v0 body listing their ApiVersions range; others (librdkafka's
-    mock cluster) send only the error code in a layout of their own. Either way the error code
-    leads the body, which is all the fallback needs (the Java client relies on the same).
-    """
-    try:
-        return ApiVersionsResponse.decode(body, 0)
-    except ProtocolError:
-        if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == _UNSUPPORTED_VERSION:
-            return ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=[])
-        raise

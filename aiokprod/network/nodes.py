@@ -25,7 +25,7 @@ accepts TCP and never answers costs the stagger, not the whole set-up timeout.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiokprod._backoff import ExponentialBackoff
@@ -143,11 +143,6 @@ class NodeConnectionStates:
 
     def remove(self, node: int) -> None:
         self._nodes.pop(node, None)
-
-    def forget_except(self, nodes: Iterable[int]) -> None:
-        keep = set(nodes)
-        for node in [n for n in self._nodes if n not in keep]:
-            del self._nodes[node]
 
 
 @dataclass(frozen=True, slots=True)

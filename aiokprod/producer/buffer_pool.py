@@ -4,14 +4,14 @@ Why a pool: ``buffer.memory`` bounds what unsent batches may hold, so a producer
 brokers slows down (``send`` waits, bounded by ``max.block.ms``) instead of growing without
 limit (Java's ``BufferPool``; docs/memory.md).
 
-What the producer uses it for is accounting, not buffer reuse. Java keeps buffers of exactly
-``batch.size`` on a free list and reuses them; the producer here returns every batch's memory as
-a size (``deallocate(b"", size)``): a sealed batch's bytes may still be referenced by the
-request being written and by the batch until its futures resolve, and handing that bytearray to
-a new batch while it is referenced corrupted records once (a pinned buffer). So the free list
-below stays empty in the producer. It works for a caller that returns a ``bytearray`` of exactly
-``batch.size`` it no longer references (the pool's own tests do), and the fairness rules are the
-same either way.
+It counts bytes; it does not recycle buffers. Java keeps buffers of exactly ``batch.size`` on a
+free list and reuses them; here a sealed batch's bytes may still be referenced by the request
+being written and by the batch until its futures resolve, and handing that bytearray to a new
+batch while it is referenced corrupted records once (a pinned buffer). So every allocation hands
+out a new, *empty* ``bytearray`` for the batch builder to grow, and ``deallocate`` takes back a
+size. (An earlier version kept Java's free list, which the producer never filled, and zero-filled
+a ``bytearray`` of the full size per batch that the builder truncated at once.) The bound is on
+what the pool has counted out, not on the bytes Python holds: see docs/memory.md.
 
 Fairness, the rule the tests pin:
 
@@ -54,16 +54,10 @@ class BufferPoolStatistics:
 
     # buffer.memory: the bound on everything the pool hands out.
     total_memory: int
-    # batch.size: the only size kept on the free list.
+    # batch.size, for messages: what a batch is normally charged.
     poolable_size: int
-    # Free memory right now: free-list bytes plus unpooled bytes.
+    # Free memory right now (0 while someone waits: it all goes to the head waiter).
     available_memory: int
-    # Buffers on the free list, ready for reuse without allocation.
-    free_list_count: int
-    # Bytes held by the free list (free_list_count * poolable_size).
-    free_list_bytes: int
-    # Free bytes not held as pooled buffers.
-    non_pooled_available: int
     # Bytes already handed to waiters that are still short of their full request.
     accumulated_by_waiters: int
     # Bytes given out and not yet returned.
@@ -88,19 +82,15 @@ class _Waiter:
         self.size = size
         # Bytes handed over so far (partial accumulation); returned if the wait fails.
         self.accumulated = 0
-        # Resolved with the buffer when complete, or failed on timeout / close.
+        # Resolved with an empty buffer when complete, or failed on timeout / close.
         self.future = future
         # Still in the pool's queue; makes removal idempotent across timeout/cancel races.
         self.queued = True
 
 
 class BufferPool:
-    """``buffer.memory`` bytes, handed out as ``bytearray`` buffers; see the module docstring.
-
-    Buffers from the free list are reused as they are: their contents are whatever the previous
-    batch left, so writers must track their own length. Callers must not resize a buffer they
-    intend to return to the free list.
-    """
+    """``buffer.memory`` bytes, counted out with a new empty ``bytearray`` per allocation; see
+    the module docstring."""
 
     def __init__(
         self,
@@ -120,10 +110,8 @@ class BufferPool:
         # batch.size=0 means batches of 1 byte in Java; the pool follows the same floor.
         self._poolable = max(1, poolable_size)
         self._clock = clock
-        # Buffers of exactly poolable size, ready to reuse; oldest first.
-        self._free: deque[bytearray] = deque()
-        # Free bytes not held as pooled buffers.
-        self._non_pooled = total_memory
+        # Free bytes: neither counted out nor accumulated by a waiter.
+        self._available = total_memory
         # Queued allocate() calls, head first.
         self._waiters: deque[_Waiter] = deque()
         # Sum of accumulated bytes over queued waiters.
@@ -156,7 +144,7 @@ class BufferPool:
 
     @property
     def available_memory(self) -> int:
-        return self._non_pooled + len(self._free) * self._poolable
+        return self._available
 
     @property
     def waiters(self) -> int:
@@ -164,15 +152,11 @@ class BufferPool:
         return len(self._waiters)
 
     def statistics(self) -> BufferPoolStatistics:
-        free_bytes = len(self._free) * self._poolable
-        available = self._non_pooled + free_bytes
+        available = self._available
         return BufferPoolStatistics(
             total_memory=self._total,
             poolable_size=self._poolable,
             available_memory=available,
-            free_list_count=len(self._free),
-            free_list_bytes=free_bytes,
-            non_pooled_available=self._non_pooled,
             accumulated_by_waiters=self._accumulated,
             allocated_memory=self._total - available - self._accumulated,
             waiters=len(self._waiters),
@@ -184,8 +168,7 @@ class BufferPool:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return (
-            f"<BufferPool {state} total={self._total} available={self.available_memory} "
-            f"free_list={len(self._free)}x{self._poolable} non_pooled={self._non_pooled} "
+            f"<BufferPool {state} total={self._total} available={self._available} "
             f"waiters={len(self._waiters)} accumulated={self._accumulated} "
             f"exhausted={self._exhausted}>"
         )
@@ -193,7 +176,8 @@ class BufferPool:
     # -- allocation ---------------------------------------------------------------------------
 
     def try_allocate(self, size: int) -> bytearray | None:
-        """A buffer of ``size`` bytes if one can be had without waiting, else None.
+        """``size`` bytes counted out, with an empty buffer to write them into, if that can be
+        done without waiting; else None.
 
         Never suspends: the send fast path calls this first. Returns None while anyone waits,
         even if ``size`` bytes are free (first come, first served).
@@ -204,16 +188,14 @@ class BufferPool:
         self._check_request(size)
         if self._waiters:
             return None
-        if size == self._poolable and self._free:
-            return self._free.popleft()
-        if self._non_pooled + len(self._free) * self._poolable >= size:
-            self._free_up(size)
-            self._non_pooled -= size
-            return bytearray(size)
+        if self._available >= size:
+            self._available -= size
+            return bytearray()
         return None
 
     async def allocate(self, size: int, max_block_ms: float) -> bytearray:
-        """A buffer of ``size`` bytes, waiting up to ``max_block_ms`` for memory to be freed.
+        """``size`` bytes counted out (with an empty buffer), waiting up to ``max_block_ms`` for
+        memory to be freed.
 
         Raises ``BufferExhaustedError`` when the wait runs out, ``RecordTooLargeError`` at once
         if ``size`` exceeds ``buffer.memory``, ``IllegalStateError`` if the pool is closed before
@@ -249,29 +231,22 @@ class BufferPool:
             if self._wait_sensor is not None:
                 self._wait_sensor.record(waited_ns)
 
-    def deallocate(self, buffer: bytearray | memoryview | bytes, size: int | None = None) -> None:
-        """Return ``size`` bytes (default ``len(buffer)``) and hand them to waiters, in order.
+    def deallocate(self, buffer: object, size: int) -> None:
+        """Return ``size`` bytes, as counted out, and hand them to waiters, in order.
 
-        A buffer of exactly ``batch.size`` bytes goes back on the free list; any other is dropped
-        and only its size counted as free. ``size`` may differ from ``len(buffer)`` when the
-        caller swapped buffers (e.g. after compression) but owes the pool the original size.
-        Returning more than was handed out raises ``IllegalStateError`` (a double free would
-        otherwise silently raise the memory bound).
+        ``buffer`` is not kept (callers pass the batch's buffer, or ``b""``): only the size
+        counts, whatever the buffer grew or shrank to. Returning more than was handed out raises
+        ``IllegalStateError`` (a double free would otherwise silently raise the memory bound).
         """
-        if size is None:
-            size = len(buffer)
         if size < 0:
             raise ValueError(f"cannot deallocate a negative size: {size}")
-        outstanding = self._total - self.available_memory - self._accumulated
+        outstanding = self._total - self._available - self._accumulated
         if size > outstanding:
             raise IllegalStateError(
                 f"deallocating {size} bytes but only {outstanding} bytes are allocated from this "
                 f"pool (double free?): {self!r}"
             )
-        if size == self._poolable and len(buffer) == size and isinstance(buffer, bytearray):
-            self._free.append(buffer)
-        else:
-            self._non_pooled += size
+        self._available += size
         if self._waiters:
             self._serve_waiters()
 
@@ -303,13 +278,6 @@ class BufferPool:
         if size < 0:
             raise ValueError(f"cannot allocate a negative size: {size}")
 
-    def _free_up(self, size: int) -> None:
-        """Turn pooled buffers into plain free bytes until ``size`` bytes are unpooled (or the
-        free list is empty); the newest buffers go first, the oldest stay for reuse."""
-        while self._free and self._non_pooled < size:
-            self._free.pop()
-            self._non_pooled += self._poolable
-
     def _serve_waiters(self) -> None:
         """Give free memory to waiters in order until it runs out or nobody waits."""
         waiters = self._waiters
@@ -321,15 +289,9 @@ class BufferPool:
                 waiter.queued = False
                 self._release(waiter)
                 continue
-            if waiter.accumulated == 0 and waiter.size == self._poolable and self._free:
-                waiters.popleft()
-                waiter.queued = False
-                waiter.future.set_result(self._free.popleft())
-                continue
             need = waiter.size - waiter.accumulated
-            self._free_up(need)
-            got = min(need, self._non_pooled)
-            self._non_pooled -= got
+            got = min(need, self._available)
+            self._available -= got
             waiter.accumulated += got
             self._accumulated += got
             if waiter.accumulated < waiter.size:
@@ -338,7 +300,7 @@ class BufferPool:
             waiter.queued = False
             self._accumulated -= waiter.accumulated
             waiter.accumulated = 0
-            waiter.future.set_result(bytearray(waiter.size))
+            waiter.future.set_result(bytearray())
 
     def _release(self, waiter: _Waiter) -> None:
         """Take ``waiter`` out of the queue and free what it accumulated (idempotent)."""
@@ -346,7 +308,7 @@ class BufferPool:
             waiter.queued = False
             self._waiters.remove(waiter)
         if waiter.accumulated:
-            self._non_pooled += waiter.accumulated
+            self._available += waiter.accumulated
             self._accumulated -= waiter.accumulated
             waiter.accumulated = 0
 
@@ -383,7 +345,7 @@ class BufferPool:
         return BufferExhaustedError(
             f"Failed to allocate {size} bytes within max.block.ms (max_block_ms) = "
             f"{max_block_ms:g} ms: buffer.memory (buffer_memory) = {self._total} bytes, "
-            f"available = {self.available_memory} bytes, accumulated for this request = "
+            f"available = {self._available} bytes, accumulated for this request = "
             f"{accumulated} bytes, poolable size (batch.size) = {self._poolable} bytes, "
             f"{len(self._waiters)} other waiter(s)"
         )

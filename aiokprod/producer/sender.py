@@ -406,7 +406,7 @@ class Sender:
                     self._set_fatal(exc)
                     return
                 log.debug("[client %s] InitProducerId: %s", self._client, exc)
-            except (KafkaError, OSError) as exc:
+            except KafkaError as exc:
                 log.debug("[client %s] InitProducerId: %s", self._client, exc)
             attempt += 1
             await asyncio.sleep(min(1.0, 0.05 * 2 ** min(attempt, 5)))

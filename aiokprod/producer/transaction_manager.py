@@ -293,7 +293,7 @@ class TransactionManager:
                 ApiVersionsRequest(client_software_name="aiokprod",
                                    client_software_version="txn"),
                 version=version, timeout_ms=self._coordinators.bounded_ms(deadline))
-        except (KafkaError, OSError) as exc:
+        except KafkaError as exc:
             log.debug("[client %s] finalized features unknown (%s): transaction version 1",
                       self._client, exc)
             return 1

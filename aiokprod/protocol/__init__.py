@@ -8,16 +8,15 @@ Message classes are generated from Kafka's JSON specs by ``tools/gen_protocol.py
 from aiokprod.protocol import _generated
 from aiokprod.protocol._generated import *  # noqa: F403
 from aiokprod.protocol.framing import (
-    RequestMessage,
-    ResponseMessage,
     decode_response,
     decode_response_header,
     encode_request,
 )
+from aiokprod.protocol.messages import KafkaRequest, KafkaResponse
 
 __all__ = [
-    "RequestMessage",
-    "ResponseMessage",
+    "KafkaRequest",
+    "KafkaResponse",
     "decode_response",
     "decode_response_header",
     "encode_request",

@@ -9,46 +9,22 @@ them.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol, TypeVar
+from typing import Any
 
 from aiokprod.errors import ProtocolError
 from aiokprod.protocol._generated import RequestHeader
-from aiokprod.protocol.primitives import INT32, Buf, Chunk, read_unknown_tags, truncated
+from aiokprod.protocol.messages import KafkaRequest, KafkaResponse
+from aiokprod.protocol.primitives import INT32, Chunk, read_unknown_tags, truncated
 
 __all__ = [
-    "RequestMessage",
-    "ResponseMessage",
     "decode_response",
     "decode_response_header",
     "encode_request",
 ]
 
 
-class RequestMessage(Protocol):
-    """What :func:`encode_request` needs from a generated request class."""
-
-    API_KEY: ClassVar[int]
-
-    @staticmethod
-    def header_version(version: int) -> int: ...
-
-    def write(self, out: list[Chunk], version: int) -> None: ...
-
-
-R_co = TypeVar("R_co", covariant=True)
-
-
-class ResponseMessage(Protocol[R_co]):
-    """What :func:`decode_response` needs from a generated response class."""
-
-    @staticmethod
-    def header_version(version: int) -> int: ...
-
-    def decode(self, data: Buf, version: int) -> R_co: ...
-
-
 def encode_request(
-    request: RequestMessage, version: int, correlation_id: int, client_id: str | None
+    request: KafkaRequest[Any], version: int, correlation_id: int, client_id: str | None
 ) -> bytes:
     """The complete frame for ``request``: size prefix, request header (v1 or v2), body.
 
@@ -86,12 +62,9 @@ def decode_response_header(frame: memoryview | bytes, header_version: int) -> tu
     return correlation_id, pos
 
 
-R = TypeVar("R")
-
-
 def decode_response(
-    frame: memoryview | bytes, response_type: ResponseMessage[R], version: int
-) -> tuple[int, R]:
+    frame: memoryview | bytes, response_type: KafkaResponse, version: int
+) -> tuple[int, Any]:
     """Decode a whole response frame (without size prefix) into ``(correlation_id, body)``."""
     correlation_id, offset = decode_response_header(frame, response_type.header_version(version))
     view = memoryview(frame)[offset:]

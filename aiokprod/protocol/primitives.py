@@ -145,52 +145,8 @@ def read_uvarint(data: Buf, pos: int, end: int, what: str) -> tuple[int, int]:
     return result, p
 
 
-def _zigzag_encode(value: int, bits: int) -> bytes:
-    lo = -(1 << (bits - 1))
-    hi = (1 << (bits - 1)) - 1
-    if value < lo or value > hi:
-        raise ValueError(f"signed varint out of {bits}-bit range: {value}")
-    n = ((value << 1) ^ (value >> (bits - 1))) & ((1 << bits) - 1)
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _zigzag_read(data: Buf, pos: int, end: int, what: str, max_len: int) -> tuple[int, int]:
-    n = 0
-    shift = 0
-    p = pos
-    for _ in range(max_len):
-        if p >= end:
-            raise truncated(what, 1, 0)
-        b = data[p]
-        p += 1
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (n >> 1) ^ -(n & 1), p
-        shift += 7
-    raise ProtocolError(f"{what}: varint longer than {max_len} bytes")
-
-
-def varint(value: int) -> bytes:
-    """Encode a zigzag signed 32-bit varint (record fields inside a RecordBatch)."""
-    return _zigzag_encode(value, 32)
-
-
-def read_varint(data: Buf, pos: int, end: int, what: str) -> tuple[int, int]:
-    return _zigzag_read(data, pos, end, what, 5)
-
-
-def varlong(value: int) -> bytes:
-    """Encode a zigzag signed 64-bit varint (record timestamps and offsets deltas)."""
-    return _zigzag_encode(value, 64)
-
-
-def read_varlong(data: Buf, pos: int, end: int, what: str) -> tuple[int, int]:
-    return _zigzag_read(data, pos, end, what, 10)
+# Signed (zigzag) varints appear only inside a RecordBatch, never in a message field: they are
+# aiokprod.records._varint's, the one implementation (with its native twin in _speedups.pyx).
 
 
 # --------------------------------------------------------------------------- writers

@@ -8,10 +8,12 @@ into a temporary bytearray (~120 ns) and ``memoryview`` slice assignment costs ~
 on CPython 3.11). The memory bound is the buffer pool's byte count, which the
 write limit keeps us under, not the physical preallocation.
 
-Each record is built with one ``bytes.join`` of table-looked-up varints and the caller's key and
-value (one copy of the payload), then appended and truncated away again if it passed the limit:
-checking after the write is one ``len()``, the rollback happens once per batch, and a refused
-``try_append`` leaves the batch's bytes as they were.
+One function encodes a record: ``_append_record``, bound once at import to the native
+``aiokprod._native._speedups.append_record`` or to its pure-Python twin ``_append_record_py``
+(one ``bytes.join`` of table-looked-up varints and the caller's key and value: one copy of the
+payload). ``try_append`` and ``append_many`` both call it; the record is appended and truncated
+away again if it passed the limit: checking after the write is one comparison, the rollback
+happens once per batch, and a refused append leaves the batch's bytes as they were.
 
 Record layout (Kafka's DefaultRecord, magic 2; the batch header is in _layout.py):
 
@@ -59,24 +61,21 @@ Headers = Sequence[tuple[str, bytes | None]]
 _NULL = b"\x01"
 # Record attributes are unused in v2 and always 0; a headers section with no headers is count 0.
 _ZERO = b"\x00"
-# null key, null value, no headers: the tail of a tombstone record.
-_NULL_KEY_NULL_VALUE = b"\x01\x01\x00"
-# The most a record's framing adds to its key and value: length, attributes, timestamp delta,
-# offset delta, key and value lengths, header count (varints at their widest).
-_RECORD_FRAMING_MAX = 5 + 1 + 10 + 5 + 5 + 5 + 5
-
-
-def _longest(items: Sequence[bytes | None]) -> int:
-    """len() of the longest item (None counts 0), at C speed when there is no None."""
-    try:
-        return max(map(len, items), default=0)  # type: ignore[arg-type]
-    except TypeError:
-        return max((len(i) for i in items if i is not None), default=0)
-
 _ZZ = ZIGZAG_TABLE
 _TABLE_SIZE = len(ZIGZAG_TABLE)
-# Record attributes (always 0) followed by the timestamp delta, in one lookup.
-_ATTR_DELTA = [_ZERO + encoded for encoded in ZIGZAG_TABLE]
+
+
+class _AnyVarint:
+    """Indexed like the table, for any value: what ``_append_record_py`` encodes with when a
+    value is outside the table (a negative or large delta, a record past 8 KiB)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, value: int) -> bytes:
+        return encode_varint(value)
+
+
+_ANY_VARINT = cast("list[bytes]", _AnyVarint())
 
 # Header keys repeat across records (trace ids, content types), so their encoded form is cached;
 # the cache is cleared rather than grown past this many keys so odd workloads cannot bloat it.
@@ -127,40 +126,6 @@ def encode_headers(headers: Headers) -> bytes:
     return b"".join(parts)
 
 
-def _encode_body(
-    timestamp_delta: int,
-    offset_delta: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: Headers | None,
-) -> bytes:
-    """Everything after the length prefix, for values the lookup table does not cover."""
-    return _body(timestamp_delta, offset_delta, key, value,
-                 encode_headers(headers) if headers else None)
-
-
-def _body(
-    timestamp_delta: int,
-    offset_delta: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: bytes | None,
-) -> bytes:
-    """A record after its length prefix, with the header section already encoded (or None)."""
-    return b"".join(
-        (
-            _ZERO,
-            encode_varint(timestamp_delta),
-            encode_varint(offset_delta),
-            _NULL if key is None else encode_varint(len(key)),
-            b"" if key is None else key,
-            _NULL if value is None else encode_varint(len(value)),
-            b"" if value is None else value,
-            _ZERO if headers is None else headers,
-        )
-    )
-
-
 def _append_record_py(
     buf: bytearray,
     timestamp_delta: int,
@@ -168,16 +133,40 @@ def _append_record_py(
     key: bytes | None,
     value: bytes | None,
     headers: bytes | None,
+    zz: list[bytes] = _ZZ,
 ) -> int:
     """One record, length prefix included, appended to ``buf``; returns its size. The twin of
-    ``aiokprod._native._speedups.append_record`` (``headers``: the encoded section or None)."""
-    body = _body(timestamp_delta, offset_delta, key, value, headers)
-    prefix = encode_varint(len(body))
+    ``aiokprod._native._speedups.append_record`` (``headers``: the encoded section or None).
+
+    Varints come from the table ``zz``; a value outside it raises ``IndexError`` before anything
+    is written, and the record is encoded again with ``_AnyVarint`` (same layout, any value).
+    """
+    if timestamp_delta < 0:
+        zz = _ANY_VARINT  # a negative index would wrap around the table
+    try:
+        body = b"".join((
+            _ZERO,  # attributes: unused in v2
+            zz[timestamp_delta],
+            zz[offset_delta],
+            _NULL if key is None else zz[len(key)],
+            b"" if key is None else key,
+            _NULL if value is None else zz[len(value)],
+            b"" if value is None else value,
+            _ZERO if headers is None else headers,
+        ))
+        size = len(body)
+        prefix = zz[size]
+    except IndexError:
+        if zz is _ANY_VARINT:
+            raise
+        return _append_record_py(buf, timestamp_delta, offset_delta, key, value, headers,
+                                 _ANY_VARINT)
     buf += prefix
     buf += body
-    return len(prefix) + len(body)
+    return size + len(prefix)
 
 
+# The one record encoder, chosen once: the native one when the extension is in use.
 _append_record: Callable[
     [bytearray, int, int, bytes | None, bytes | None, bytes | None], int
 ] = _append_record_py if _native.speedups is None else _native.speedups.append_record
@@ -296,7 +285,7 @@ class RecordBatchBuilder:
         # Records-section size before compression, kept because seal overwrites those bytes.
         self._uncompressed_size = 0
         # The largest record appended, in bytes (Java's ProducerBatch.maxRecordSize, which
-        # feeds record-size-max): exact for try_append, an upper bound for append_many.
+        # feeds record-size-max).
         self.max_record_size = 0
 
     # ------------------------------------------------------------------------------ appending
@@ -318,73 +307,6 @@ class RecordBatchBuilder:
         base = self.base_timestamp
         if base is None:
             base = self.base_timestamp = timestamp_ms
-        delta = timestamp_ms - base
-        zz = _ZZ
-        try:
-            if delta < 0:
-                raise IndexError  # negative indexes would wrap around the table
-            if key is None and value is not None:
-                # The most common shape gets its own join: fewer conditionals per record.
-                body = b"".join(
-                    (
-                        _ATTR_DELTA[delta],
-                        zz[count],
-                        _NULL,
-                        zz[len(value)],
-                        value,
-                        encode_headers(headers) if headers else _ZERO,
-                    )
-                )
-            else:
-                body = b"".join(
-                    (
-                        _ATTR_DELTA[delta],
-                        zz[count],
-                        _NULL if key is None else zz[len(key)],
-                        b"" if key is None else key,
-                        _NULL if value is None else zz[len(value)],
-                        b"" if value is None else value,
-                        encode_headers(headers) if headers else _ZERO,
-                    )
-                )
-            buf += zz[len(body)]
-        except IndexError:
-            body = _encode_body(delta, count, key, value, headers)
-            buf += encode_varint(len(body))
-        buf += body
-        # Written first and rolled back when over: the check then costs one len() and the
-        # rollback happens once per batch.
-        end = len(buf)
-        if end > self._limit and count:
-            del buf[mark:]
-            self.full = True
-            return False
-        self.record_count = count + 1
-        size = end - mark
-        if end + size > self._limit:
-            self.full = True  # another record like this one would not fit: send it now
-        if size > self.max_record_size:  # noqa: PLR1730 - see max_timestamp below
-            self.max_record_size = size
-        # An `if` rather than max(): it skips the store and a builtin call on the hot path.
-        if timestamp_ms > self.max_timestamp:  # noqa: PLR1730
-            self.max_timestamp = timestamp_ms
-        return True
-
-    def _try_append_native(
-        self,
-        timestamp_ms: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers | None = None,
-    ) -> bool:
-        """``try_append`` with the record encoded in C (aiokprod._native): same bytes, same
-        rules; it replaces ``try_append`` when the extension is in use."""
-        buf = self._target
-        mark = len(buf)  # raises RuntimeError once sealed (see _Sealed)
-        count = self.record_count
-        base = self.base_timestamp
-        if base is None:
-            base = self.base_timestamp = timestamp_ms
         size = _append_record(buf, timestamp_ms - base, count, key, value,
                               encode_headers(headers) if headers else None)
         end = mark + size
@@ -394,7 +316,8 @@ class RecordBatchBuilder:
             return False
         self.record_count = count + 1
         if end + size > self._limit:
-            self.full = True
+            self.full = True  # another record like this one would not fit: send it now
+        # `if`s rather than max(): they skip the store and a builtin call on the hot path
         if size > self.max_record_size:  # noqa: PLR1730
             self.max_record_size = size
         if timestamp_ms > self.max_timestamp:  # noqa: PLR1730
@@ -416,8 +339,8 @@ class RecordBatchBuilder:
         ``keys`` and ``headers`` (one header list per record) run parallel to ``values``.
         Returns how many records were taken; the caller opens a new batch and calls again with
         ``start`` advanced, which avoids re-slicing a long list once per batch. The shared
-        timestamp is why this beats ``try_append`` in a loop: its varint is looked up once and
-        the loop keeps all state in locals.
+        timestamp is why this beats ``try_append`` in a loop: its delta is computed once and the
+        loop keeps all state in locals.
         """
         total = len(values)
         if keys is not None and len(keys) != total:
@@ -431,115 +354,48 @@ class RecordBatchBuilder:
         if not 0 <= start <= total:
             raise ValueError(f"start {start} outside 0..{total}")
         buf = self._target
-        len(buf)  # raises RuntimeError once sealed, before any state changes
+        mark = len(buf)  # raises RuntimeError once sealed, before any state changes
         if start == total:
             return 0
         base = self.base_timestamp
         if base is None:
             base = self.base_timestamp = timestamp_ms
         delta = timestamp_ms - base
-        zz = _ZZ
-        first = self.record_count
-        count = first
-        # (a long ``values`` list is fine: the batch fills long before ``count`` outgrows the
-        # varint table, and if it ever did, the IndexError path below takes over)
-        if 0 <= delta < _TABLE_SIZE and first < _TABLE_SIZE:
-            limit = self._limit
-            # attributes + timestamp delta: the same bytes for every record of the call.
-            prefix = _ZERO + zz[delta]
-            mark = len(buf)
-            try:
-                if keys is None and headers is None:
-                    for index in range(start, total):
-                        value = values[index]
-                        if value is None:
-                            body = b"".join((prefix, zz[count], _NULL_KEY_NULL_VALUE))
-                        else:
-                            body = b"".join(
-                                (prefix, zz[count], _NULL, zz[len(value)], value, _ZERO)
-                            )
-                        buf += zz[len(body)]
-                        buf += body
-                        if len(buf) > limit and count:
-                            del buf[mark:]
-                            break
-                        mark = len(buf)
-                        count += 1
-                else:
-                    for index in range(start, total):
-                        key = None if keys is None else keys[index]
-                        value = values[index]
-                        record_headers = None if headers is None else headers[index]
-                        body = b"".join(
-                            (
-                                prefix,
-                                zz[count],
-                                _NULL if key is None else zz[len(key)],
-                                b"" if key is None else key,
-                                _NULL if value is None else zz[len(value)],
-                                b"" if value is None else value,
-                                encode_headers(record_headers) if record_headers else _ZERO,
-                            )
-                        )
-                        buf += zz[len(body)]
-                        buf += body
-                        if len(buf) > limit and count:
-                            del buf[mark:]
-                            break
-                        mark = len(buf)
-                        count += 1
-            except IndexError:
-                # A record too large for the varint table (raised before anything of it was
-                # written): record what was taken, then go record by record.
-                self._commit_many(timestamp_ms, count)
-                taken = count - first
-                return taken + self._append_each(
-                    timestamp_ms, values, keys, headers, start + taken, total
-                )
-            self._commit_many(timestamp_ms, count)
-            taken = count - first
-            if taken:
-                self._note_largest(values, keys, start, start + taken)
-            if start + taken < total:
-                self.full = True  # the loop stopped on the write limit
-            return taken
-        return self._append_each(timestamp_ms, values, keys, headers, start, total)
-
-    def _note_largest(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                      start: int, stop: int) -> None:
-        """``max_record_size`` after a bulk append: the largest key + value taken plus the
-        most a record's framing adds (headers not counted), found by C-level max() over the
-        slice instead of a compare per record in the loop above."""
-        largest = _longest(values[start:stop])
-        if keys is not None:
-            largest += _longest(keys[start:stop])
-        largest += _RECORD_FRAMING_MAX
-        self.max_record_size = max(self.max_record_size, largest)
-
-    def _commit_many(self, timestamp_ms: int, count: int) -> None:
-        if count > self.record_count:
+        append = _append_record
+        limit = self._limit
+        first = count = self.record_count
+        largest = self.max_record_size
+        if keys is None and headers is None:
+            for index in range(start, total):
+                size = append(buf, delta, count, None, values[index], None)
+                if mark + size > limit and count:
+                    del buf[mark:]
+                    break
+                mark += size
+                count += 1
+                if size > largest:  # noqa: PLR1730
+                    largest = size
+        else:
+            for index in range(start, total):
+                record_headers = None if headers is None else headers[index]
+                size = append(buf, delta, count, None if keys is None else keys[index],
+                              values[index],
+                              encode_headers(record_headers) if record_headers else None)
+                if mark + size > limit and count:
+                    del buf[mark:]
+                    break
+                mark += size
+                count += 1
+                if size > largest:  # noqa: PLR1730
+                    largest = size
+        taken = count - first
+        if start + taken < total:
+            self.full = True  # stopped on the write limit
+        if taken:
             self.record_count = count
-            self.max_timestamp = max(self.max_timestamp, timestamp_ms)
-
-    def _append_each(
-        self,
-        timestamp_ms: int,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None] | None,
-        headers: Sequence[Headers | None] | None,
-        start: int,
-        stop: int,
-    ) -> int:
-        taken = 0
-        for index in range(start, stop):
-            if not self.try_append(
-                timestamp_ms,
-                None if keys is None else keys[index],
-                values[index],
-                None if headers is None else headers[index],
-            ):
-                break
-            taken += 1
+            self.max_record_size = largest
+            if timestamp_ms > self.max_timestamp:  # noqa: PLR1730
+                self.max_timestamp = timestamp_ms
         return taken
 
     # -------------------------------------------------------------------------------- sizing
@@ -651,7 +507,3 @@ class RecordBatchBuilder:
             f"write_limit={self.write_limit})"
         )
 
-
-if _native.speedups is not None:
-    # the native path: chosen once here, so try_append costs no check per record
-    RecordBatchBuilder.try_append = RecordBatchBuilder._try_append_native  # type: ignore[method-assign]

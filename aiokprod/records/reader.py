@@ -131,10 +131,6 @@ class RecordBatch:
         return len(self.data)
 
     @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
     def records(self) -> list[Record]:
         """Decoded records (decompressed first if needed); ProtocolError if malformed."""
         if self._records is None:

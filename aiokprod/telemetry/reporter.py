@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from aiokprod import __version__
 from aiokprod._sensors import MetricsRegistry
+from aiokprod._version import __version__
 from aiokprod.errors import KafkaError
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection

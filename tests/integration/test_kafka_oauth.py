@@ -114,7 +114,7 @@ def settings(cluster: KafkaCluster, idp: IdentityProvider, **overrides: Any) -> 
 
 def login_of(producer: Producer) -> OAuthBearerLogin:
     assert producer._cluster is not None
-    login = producer._cluster._security.sasl_oauth_token_provider
+    login = producer._cluster.pool.security.sasl_oauth_token_provider
     assert isinstance(login, OAuthBearerLogin)
     return login
 
@@ -166,11 +166,11 @@ async def test_tokens_are_refreshed_before_expiry_and_sessions_renewed_on_the_sa
                 assert producer._cluster is not None
                 if not first_connections:
                     first_connections = {
-                        n: id(link.connection) for n, link in producer._cluster._links.items()
+                        n: id(link.connection) for n, link in producer._cluster.pool._links.items()
                         if n >= 0 and link.connection is not None}
             results = await asyncio.gather(*futures, return_exceptions=True)
             assert producer._cluster is not None
-            links = {n: link.connection for n, link in producer._cluster._links.items()
+            links = {n: link.connection for n, link in producer._cluster.pool._links.items()
                      if n >= 0 and link.connection is not None}
             renewals = {n: conn.reauthentications for n, conn in links.items()}
             lifetimes = {n: conn.session_lifetime_ms for n, conn in links.items()}

@@ -173,7 +173,7 @@ async def test_sessions_are_renewed_on_the_same_connection_without_losing_or_reo
             await asyncio.sleep(0.01)
         results = await asyncio.gather(*futures, return_exceptions=True)
         assert producer._cluster is not None
-        links = [link.connection for link in producer._cluster._links.values()
+        links = [link.connection for link in producer._cluster.pool._links.values()
                  if link.connection is not None]
         renewals = sum(conn.reauthentications for conn in links)
         sent_on = {conn.node_id: conn.requests_sent for conn in links}

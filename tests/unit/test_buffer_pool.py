@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 
 import pytest
 
-from aiokprod.errors import BufferExhaustedError, IllegalStateError, RecordTooLargeError
+from aiokprod.errors import (
+    BufferExhaustedError,
+    IllegalStateError,
+    KafkaTimeoutError,
+    RecordTooLargeError,
+)
 from aiokprod.metrics import PRODUCER_GROUP, MetricsRegistry, ProducerMetrics
 from aiokprod.producer.buffer_pool import BufferPool
 
@@ -31,7 +35,6 @@ async def settle() -> None:
 
 def check_invariants(pool: BufferPool) -> None:
     s = pool.statistics()
-    assert s.available_memory == s.non_pooled_available + s.free_list_bytes
     assert s.allocated_memory + s.available_memory + s.accumulated_by_waiters == s.total_memory
     assert 0 <= s.available_memory <= s.total_memory
     if s.waiters:
@@ -39,34 +42,20 @@ def check_invariants(pool: BufferPool) -> None:
         assert s.available_memory == 0
 
 
-def test_poolable_buffers_are_reused_and_others_only_counted() -> None:
+def test_allocations_count_bytes_and_hand_out_new_empty_buffers() -> None:
+    """The pool counts; it keeps no buffers (no free list) and zero-fills nothing: each
+    allocation is a new empty bytearray for the batch builder to grow."""
     pool = BufferPool(1000, 100)
     a = pool.try_allocate(100)
-    assert a is not None and len(a) == 100
-    pool.deallocate(a)
-    assert pool.statistics().free_list_count == 1
+    assert a == bytearray() and type(a) is bytearray
+    pool.deallocate(a, 100)
     b = pool.try_allocate(100)
-    assert b is a  # same object from the free list
+    assert b == bytearray() and b is not a  # never handed out twice
     big = pool.try_allocate(300)
-    assert big is not None and len(big) == 300
+    assert big == bytearray()
     assert pool.available_memory == 1000 - 100 - 300
-    pool.deallocate(big)
-    s = pool.statistics()
-    assert s.free_list_count == 0 and s.non_pooled_available == 900
-    check_invariants(pool)
-
-
-def test_free_list_is_broken_up_for_other_sizes() -> None:
-    pool = BufferPool(300, 100)
-    bufs = [pool.try_allocate(100) for _ in range(3)]
-    for b in bufs:
-        assert b is not None
-        pool.deallocate(b)
-    assert pool.statistics().free_list_count == 3 and pool.statistics().non_pooled_available == 0
-    odd = pool.try_allocate(250)
-    assert odd is not None
-    s = pool.statistics()
-    assert s.free_list_count == 0 and s.non_pooled_available == 50
+    pool.deallocate(big, 300)
+    assert pool.statistics().available_memory == 900
     check_invariants(pool)
 
 
@@ -74,10 +63,11 @@ def test_deallocate_with_explicit_size_and_double_free_detected() -> None:
     pool = BufferPool(500, 100)
     buf = pool.try_allocate(200)
     assert buf is not None
-    pool.deallocate(bytearray(10), 200)  # caller swapped buffers but owes the original size
+    buf += b"x" * 900  # the builder grew it (past what was counted, as compression may)
+    pool.deallocate(buf, 200)  # what was counted out comes back, whatever the buffer became
     assert pool.available_memory == 500
     with pytest.raises(IllegalStateError, match="double free"):
-        pool.deallocate(buf)
+        pool.deallocate(b"", 200)
 
 
 async def test_request_larger_than_total_fails_fast_naming_buffer_memory() -> None:
@@ -99,7 +89,7 @@ async def test_max_block_expiry_raises_naming_max_block_ms_and_returns_memory() 
     assert "max.block.ms (max_block_ms) = 5 ms" in text
     assert "500 bytes" in text and "buffer.memory (buffer_memory) = 1000" in text
     assert "accumulated for this request = 300" in text
-    assert isinstance(err.value, TimeoutError)
+    assert isinstance(err.value, KafkaTimeoutError)
     s = pool.statistics()
     # The 300 bytes it accumulated went back.
     assert s.available_memory == 300 and s.waiters == 0 and s.accumulated_by_waiters == 0
@@ -115,18 +105,19 @@ async def test_zero_max_block_fails_without_queueing() -> None:
     assert pool.statistics().waiters == 0 and pool.statistics().exhausted_count == 1
 
 
-async def test_waiter_is_woken_by_deallocate_with_pooled_buffer() -> None:
+async def test_waiter_is_woken_by_deallocate() -> None:
     pool = BufferPool(200, 100)
     a, b = pool.try_allocate(100), pool.try_allocate(100)
     assert a is not None and b is not None
     task = asyncio.create_task(pool.allocate(100, LONG))
     await settle()
     assert pool.waiters == 1 and not task.done()
-    pool.deallocate(a)
+    pool.deallocate(a, 100)
     assert pool.waiters == 0  # handed over synchronously
     await settle()
     assert task.done()
-    assert await task is a
+    got = await task
+    assert got == bytearray() and got is not a
     check_invariants(pool)
 
 
@@ -137,16 +128,15 @@ async def test_partial_accumulation_lets_a_big_request_progress() -> None:
     await settle()
     for i, buf in enumerate(smalls[:4]):
         assert buf is not None
-        pool.deallocate(buf)
+        pool.deallocate(buf, 100)
         assert pool.statistics().accumulated_by_waiters == 100 * (i + 1)
         assert not big.done()
     last = smalls[4]
     assert last is not None
-    pool.deallocate(last)
+    pool.deallocate(last, 100)
     await settle()
     assert big.done()
-    buf = await big
-    assert len(buf) == 450
+    assert await big == bytearray()
     s = pool.statistics()
     assert s.available_memory == 50 and s.accumulated_by_waiters == 0
     check_invariants(pool)
@@ -178,7 +168,7 @@ async def test_fifo_large_first_waiter_is_not_starved_by_later_small_ones() -> N
     await settle()
     assert big.done() and small.done()
     assert order == ["big", "small"]
-    assert len(await big) == 800 and len(await small) == 50
+    assert await big == bytearray() and await small == bytearray()
     check_invariants(pool)
 
 
@@ -197,7 +187,7 @@ async def test_cancelling_a_waiter_returns_its_accumulated_memory_to_the_next() 
     # The 300 bytes went straight to the second waiter.
     await settle()
     assert second.done()
-    assert len(await second) == 250
+    assert await second == bytearray()
     s = pool.statistics()
     assert s.waiters == 0 and s.available_memory == 50 and s.accumulated_by_waiters == 0
     check_invariants(pool)
@@ -209,12 +199,12 @@ async def test_cancel_after_handover_but_before_resume_gives_buffer_back() -> No
     assert a is not None
     task = asyncio.create_task(pool.allocate(100, LONG))
     await settle()
-    pool.deallocate(a)  # resolves the waiter's future synchronously...
+    pool.deallocate(a, 100)  # resolves the waiter's future synchronously...
     task.cancel()  # ...and the cancel lands before the task resumes
     with pytest.raises(asyncio.CancelledError):
         await task
     s = pool.statistics()
-    assert s.available_memory == 100 and s.free_list_count == 1 and s.waiters == 0
+    assert s.available_memory == 100 and s.waiters == 0
     check_invariants(pool)
 
 
@@ -231,7 +221,7 @@ async def test_head_timeout_passes_memory_to_next_waiter() -> None:
         await head
     await settle()
     assert nxt.done()
-    assert len(await nxt) == 300
+    assert await nxt == bytearray()
     check_invariants(pool)
 
 
@@ -246,7 +236,7 @@ async def test_close_fails_waiters_and_refuses_new_requests() -> None:
         await waiter
     with pytest.raises(IllegalStateError):
         pool.try_allocate(1)
-    pool.deallocate(held)  # returning memory after close is still allowed
+    pool.deallocate(held, 60)  # returning memory after close is still allowed
     assert pool.available_memory == 100
     assert "closed" in repr(pool)
 
@@ -264,7 +254,7 @@ async def test_wait_time_and_metrics_hooks_use_java_names() -> None:
     assert snap["waiting-threads"] == 1
     assert snap["buffer-total-bytes"] == 200 and snap["buffer-available-bytes"] == 0
     clock.now += 0.25
-    pool.deallocate(a)
+    pool.deallocate(a, 200)
     await task
     assert pool.statistics().total_wait_time_ns == 250_000_000
     with pytest.raises(BufferExhaustedError):
@@ -291,36 +281,35 @@ async def test_random_workload_keeps_accounting_exact() -> None:
     """Random allocations, frees, waits, cancels and timeouts never leak or invent memory."""
     rng = random.Random(20240611)
     pool = BufferPool(4096, 256)
-    held: list[bytearray] = []
-    tasks: list[asyncio.Task[bytearray]] = []
+    held: list[int] = []  # sizes counted out
+    tasks: list[tuple[int, asyncio.Task[bytearray]]] = []
     for _ in range(400):
         op = rng.random()
         size = 256 if rng.random() < 0.6 else rng.randint(1, 1500)
         if op < 0.35:
-            buf = pool.try_allocate(size)
-            if buf is not None:
-                held.append(buf)
+            if pool.try_allocate(size) is not None:
+                held.append(size)
         elif op < 0.55:
-            tasks.append(asyncio.create_task(pool.allocate(size, rng.choice([0, 1, LONG]))))
+            tasks.append((size, asyncio.create_task(
+                pool.allocate(size, rng.choice([0, 1, LONG])))))
         elif op < 0.85 and held:
-            pool.deallocate(held.pop(rng.randrange(len(held))))
+            pool.deallocate(b"", held.pop(rng.randrange(len(held))))
         elif tasks:
-            tasks[rng.randrange(len(tasks))].cancel()
+            tasks[rng.randrange(len(tasks))][1].cancel()
         await asyncio.sleep(0)
         check_invariants(pool)
-        for t in [t for t in tasks if t.done()]:
-            tasks.remove(t)
-            if not t.cancelled() and t.exception() is None:
-                held.append(t.result())
-    for t in tasks:
+        for entry in [e for e in tasks if e[1].done()]:
+            tasks.remove(entry)
+            if not entry[1].cancelled() and entry[1].exception() is None:
+                held.append(entry[0])
+    for _, t in tasks:
         t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for t in tasks:
+    await asyncio.gather(*(t for _, t in tasks), return_exceptions=True)
+    for size, t in tasks:
         if not t.cancelled() and t.exception() is None:
-            held.append(t.result())
-    for buf in held:
-        pool.deallocate(buf)
+            held.append(size)
+    for size in held:
+        pool.deallocate(b"", size)
     s = pool.statistics()
     assert s.available_memory == 4096 and s.waiters == 0 and s.accumulated_by_waiters == 0
     assert s.allocated_memory == 0
-    assert math.isclose(s.free_list_bytes, s.free_list_count * 256)

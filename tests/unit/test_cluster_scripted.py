@@ -108,7 +108,7 @@ async def test_silent_node_attempt_is_bounded_by_the_setup_timeout() -> None:
         assert isinstance(c.node_error(-1), KafkaConnectionError)
         assert "socket.connection.setup.timeout.ms=" in str(c.node_error(-1))
         assert silent.open_transports() == []
-        assert c._states.connecting(-1, time.monotonic()) == pytest.approx(600, rel=0.21)
+        assert c.pool._states.connecting(-1, time.monotonic()) == pytest.approx(600, rel=0.21)
 
 
 async def test_every_server_dead_fails_within_the_timeout_naming_each() -> None:

@@ -216,3 +216,59 @@ async def test_answer_to_a_request_sent_without_expecting_one_is_ignored() -> No
             assert conn.connected
         finally:
             conn.close()
+
+
+@pytest.mark.parametrize("header", [
+    pytest.param(b"", id="header-v1-without-its-tag-section"),
+    pytest.param(b"\x03\x01", id="tag-count-beyond-the-frame"),
+    pytest.param(b"\x01\x05\x7f", id="tag-size-beyond-the-frame"),
+    pytest.param(b"\xff\xff\xff\xff\xff\x01", id="tag-count-varint-too-long"),
+])
+async def test_undecodable_response_header_fails_the_connection_with_protocol_error(
+        header: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """A response header that cannot be decoded is the connection's ``ProtocolError``: the
+    connection closes and every request in flight fails with it; nothing escapes into the
+    event loop's ``data_received`` error handler (which would report a misleading
+    'connection closed by broker')."""
+    def garbled(req: ScriptedRequest) -> bytes | None:
+        if len(broker.received) > 2:
+            return None  # only the first Metadata is answered, and badly
+        frame = struct.pack(">i", req.correlation_id) + header  # header v1 (Metadata v9+)
+        return struct.pack(">i", len(frame)) + frame
+
+    async with ScriptedBroker(handler=garbled) as broker:
+        conn = await open_conn(broker)
+        try:
+            first = conn.send(MetadataRequest(topics=[]), version=12)
+            second = conn.send(MetadataRequest(topics=[]), version=12)
+            for fut in (first, second):
+                with pytest.raises(ProtocolError, match="response header"):
+                    await asyncio.wait_for(fut, 5)
+            assert not conn.connected
+            assert isinstance(conn.closed_cause, ProtocolError)
+            assert conn.in_flight == 0
+            assert "data_received" not in caplog.text
+        finally:
+            conn.close()
+
+
+async def test_an_error_raised_while_decoding_a_response_is_a_protocol_error() -> None:
+    """Whatever a decoder raises (here: a response class that fails on the answer with a
+    ``struct.error``, as a decoder bug would) fails the connection with ``ProtocolError``,
+    never leaks a raw error to the event loop."""
+    class Exploding(MetadataResponse):
+        @classmethod
+        def decode(cls, data: object, version: int, *, strict: bool = True) -> MetadataResponse:
+            raise struct.error("unpack requires a buffer of 4 bytes")
+
+    class Asking(MetadataRequest):
+        RESPONSE_TYPE = Exploding
+
+    async with ScriptedBroker(handler=metadata_answer) as broker:
+        conn = await open_conn(broker)
+        try:
+            with pytest.raises(ProtocolError, match="malformed Metadata"):
+                await asyncio.wait_for(conn.send(Asking(topics=[])), 5)
+            assert isinstance(conn.closed_cause, ProtocolError)
+        finally:
+            conn.close()

@@ -104,11 +104,9 @@ def test_raise_for_error_code() -> None:
 def test_client_side_tree() -> None:
     assert issubclass(ConfigError, ValueError) and issubclass(ConfigError, KafkaError)
     assert issubclass(BufferExhaustedError, KafkaTimeoutError)
-    assert issubclass(BufferExhaustedError, TimeoutError)
     assert issubclass(RequestTimeoutError, KafkaTimeoutError)
     assert issubclass(RecordTooLargeError, ValueError)
     assert issubclass(SerializationError, ValueError)
-    assert issubclass(KafkaConnectionError, ConnectionError)
     assert issubclass(IllegalStateError, RuntimeError)
     assert not issubclass(ProtocolError, ValueError)
     assert not issubclass(ProducerClosedError, ValueError)
@@ -160,3 +158,36 @@ def test_generated_classes_are_re_exported_and_named_after_the_public_module() -
     exc = pickle.loads(pickle.dumps(NotLeaderOrFollowerError("moved")))
     assert type(exc) is NotLeaderOrFollowerError and exc.message == "moved"
     assert len(errors.__all__) == len(set(errors.__all__))
+
+
+def _all_error_classes() -> list[type[BaseException]]:
+    from aiokprod import errors
+
+    seen: list[type[BaseException]] = []
+    todo: list[type[BaseException]] = [KafkaError]
+    while todo:
+        cls = todo.pop()
+        if cls not in seen:
+            seen.append(cls)
+            todo.extend(cls.__subclasses__())
+    named = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, KafkaError)]
+    assert set(named) <= set(seen)
+    return seen
+
+
+def test_no_library_error_is_an_oserror() -> None:
+    """``except OSError`` (or ``TimeoutError``/``ConnectionError``, both ``OSError``\\ s) in an
+    application never swallows an aiokprod error; ``except KafkaError`` catches them all."""
+    classes = _all_error_classes()
+    assert len(classes) > 100  # the client-side classes and one per broker error code
+    offenders = [c.__name__ for c in classes if issubclass(c, OSError)]
+    assert offenders == []
+    assert not issubclass(KafkaTimeoutError, TimeoutError)
+    assert not issubclass(KafkaConnectionError, ConnectionError)
+    try:
+        try:
+            raise BufferExhaustedError("no memory within max.block.ms")
+        except OSError:  # what an application wraps around its own socket/file code
+            pytest.fail("an OSError handler caught a KafkaTimeoutError")
+    except KafkaTimeoutError:
+        pass

@@ -69,5 +69,6 @@ async def test_a_pool_with_waiters_asks_the_sender_to_look_again() -> None:
     waiting = asyncio.ensure_future(pool.allocate(BATCH, 5_000))
     await asyncio.sleep(0)
     assert calls == [1]
-    pool.deallocate(held)
-    assert len(await waiting) == BATCH
+    pool.deallocate(held, BATCH)
+    await waiting
+    assert pool.statistics().allocated_memory == BATCH

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aiokprod._backoff import ExponentialBackoff
-from aiokprod.network.cluster import parse_bootstrap
+from aiokprod.network.addresses import parse_bootstrap
 from aiokprod.network.metadata import (
     BrokerNode,
     ClusterView,

@@ -107,16 +107,14 @@ def test_closed_idle_reconnects_without_backoff() -> None:
     assert s.delay(1, 0.0) == 0.0
 
 
-def test_remove_and_forget_except() -> None:
+def test_remove_forgets_the_node() -> None:
     s = states()
     for node in (1, 2, 3):
         s.connecting(node, 0.0)
         s.disconnected(node, 0.0)
     s.remove(1)
     assert s.can_connect(1, 0.0) and s.failed_attempts(1) == 0
-    s.forget_except([3])
-    assert s.failed_attempts(2) == 0
-    assert s.failed_attempts(3) == 1
+    assert s.failed_attempts(2) == 1 and s.failed_attempts(3) == 1
 
 
 # ---- least_loaded_node ------------------------------------------------------------------------
