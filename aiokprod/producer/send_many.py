@@ -23,6 +23,15 @@ from aiokprod.producer.validation import validate_topic
 __all__ = ["SendMany"]
 
 
+class _Progress:
+    """How many records of a ``send_many`` call are queued, for what its error counts."""
+
+    __slots__ = ("queued",)
+
+    def __init__(self) -> None:
+        self.queued = 0
+
+
 class SendMany(SendPath):
     """``send_many`` and its checks, as methods of ``Producer``."""
 
@@ -48,7 +57,26 @@ class SendMany(SendPath):
         Suspends only to wait for metadata or memory (each bounded by ``max_block_ms``). If a
         wait fails part-way, the records already queued are still delivered and the error says
         how many were.
+
+        What it raises before the records are queued counts every record of the call in
+        record-error (what is queued counts when it fails, as any record): the same errors
+        ``send()`` counts for its one record, Kafka errors, not bad input.
         """
+        items = list(values)
+        progress = _Progress()
+        try:
+            return await self._queue_many(topic, items, keys, partition, timestamp_ms, headers,
+                                          progress)
+        except KafkaError:
+            self._count_record_errors(len(items) - progress.queued)
+            raise
+
+    async def _queue_many(self, topic: str, values: list[Any], keys: Iterable[Any] | None,
+                          partition: int | None, timestamp_ms: int | None,
+                          headers: Headers | None, progress: _Progress
+                          ) -> asyncio.Future[SendManyResult]:
+        """``send_many``'s work; ``progress.queued`` says how many records it queued before
+        anything it raises."""
         acc, _sender = self._sending_parts()
         pool = self._pool
         assert pool is not None  # set with the accumulator
@@ -59,7 +87,7 @@ class SendMany(SendPath):
         if self._interceptors:
             raise ValueError("send_many() does not run interceptors; use send() per record "
                              "with interceptors configured")
-        vals = self._bulk_bytes(topic, values, self._value_serializer, "value")
+        vals = self._bulk_bytes(topic, values, self._value_serializer, "value", owned=True)
         n = len(vals)
         ks = None if keys is None else self._bulk_bytes(topic, keys, self._key_serializer, "key")
         if ks is not None and len(ks) != n:
@@ -137,6 +165,7 @@ class SendMany(SendPath):
                         self._partitioner.on_append(topic, p, added)
                     i += taken
                     queued += taken
+                    progress.queued = queued
         except BaseException as exc:
             bulk.pending -= n - queued  # what was queued still completes; the call fails now
             if isinstance(exc, KafkaError) and queued:
@@ -149,8 +178,10 @@ class SendMany(SendPath):
         return future
 
     def _bulk_bytes(self, topic: str, items: Iterable[Any], serializer: Serializer | None,
-                    what: str) -> list[bytes | None]:
-        data = list(items)
+                    what: str, *, owned: bool = False) -> list[bytes | None]:
+        """The items as bytes or None; ``owned``: ``items`` is a list of our own, which may be
+        changed in place rather than copied."""
+        data = items if owned and type(items) is list else list(items)
         if serializer is not None:
             try:
                 data = [serializer(x) for x in data]

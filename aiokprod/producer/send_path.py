@@ -102,6 +102,13 @@ class SendPath:
             await asyncio.sleep(0)
         try:
             acc, _sender = self._sending_parts()
+        except KafkaError:
+            # what send() itself refuses counts as a record error, as in Java's doSend; the
+            # interceptors never saw this record (on_send comes after this check, which also
+            # keeps them from running on another loop's thread), so they are not told
+            self._count_record_errors(1)
+            raise
+        try:
             if self._interceptors:
                 topic, value, key, partition, timestamp_ms, headers = self._on_send(
                     topic, value, key, partition, timestamp_ms, headers)
@@ -153,12 +160,25 @@ class SendPath:
                 future = await self._append_waiting(topic, partition, timestamp_ms, key_bytes,
                                                     value_bytes, headers, start)
             return future
-        except KafkaError:
-            # what send() itself refuses counts as a record error, as in Java's doSend
-            metrics = self._metrics
-            if metrics is not None:
-                metrics.record_errors.record(1, 1)
+        except KafkaError as exc:
+            self._count_record_errors(1)
+            if self._interceptors:
+                self._on_acknowledgement(None, exc)
             raise
+        except (Exception, asyncio.CancelledError) as exc:
+            # bad input or a cancelled wait: not a record error (as in Java), but on_send saw
+            # the record, so on_acknowledgement hears how it ended (Java's onSendError)
+            if self._interceptors:
+                self._on_acknowledgement(None, exc)
+            raise
+
+    def _count_record_errors(self, records: int) -> None:
+        """``records`` failed in the call that raised, before the sender saw them: counted in
+        record-error as Java's ``doSend`` counts a refused ``send()`` (no topic tag: the
+        topic may be what was wrong)."""
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.record_errors.record(records, records)
 
     async def _append_waiting(self, topic: str, partition: int, timestamp_ms: int,
                               key: bytes | None, value: bytes | None, headers: Headers | None,
@@ -344,6 +364,9 @@ class SendPath:
 
     def _on_acknowledgement(self, md: RecordMetadata | None, error: BaseException | None
                             ) -> None:
+        """Every interceptor's ``on_acknowledgement``: from the sender when a batch completes
+        or fails, and from ``send()`` with ``md=None`` when it raises for a record ``on_send``
+        already saw (Java's ``onSendError``)."""
         for interceptor in self._interceptors:
             hook = getattr(interceptor, "on_acknowledgement", None)
             if hook is not None:
@@ -351,7 +374,6 @@ class SendPath:
                     hook(md, error)
                 except Exception:  # Java: log and go on to the next interceptor
                     log.exception("on_acknowledgement interceptor %r raised", interceptor)
-
 
 
 def check_headers(headers: Headers) -> list[tuple[str, bytes | None]]:
