@@ -24,6 +24,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.network.security import options_from_config
 from aiokprod.producer._transactional_api import TransactionalApi
 from aiokprod.producer.accumulator import RecordAccumulator
+from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.buffer_pool import BufferPool
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.partitioner import BuiltinPartitioner
@@ -182,7 +183,7 @@ class Producer(SendMany, TransactionalApi):
             on_ack=self._on_acknowledgement if cfg.interceptors else None,
             metrics=self._metrics, clock=clock, spawn=self._supervisor.spawn,
             transactions=self._txn)
-        self._partitioner = BuiltinPartitioner.from_config(cfg)
+        self._partitioner = BuiltinPartitioner.from_config(cfg, last_batch=self._last_batch)
         if cfg.partitioner_availability_timeout_ms > 0:
             self._sender.set_node_ready_hook(self._partitioner.update_node_latency_stats)
         self._acc.on_queue_sizes = self._partitioner.update_queue_sizes
@@ -214,6 +215,13 @@ class Producer(SendMany, TransactionalApi):
                      cfg.idempotence_disabled_reason)
         if self._txn is not None:
             await self._init_transactions()
+
+    def _last_batch(self, topic: str, partition: int) -> ProducerBatch | None:
+        """The partition's last queued batch: the sticky partitioner switches only once it is
+        full (docs/batching.md, P2). Asked about once per batch."""
+        acc = self._acc
+        batches = acc.queued_batches(topic, partition) if acc is not None else None
+        return batches[-1] if batches else None
 
     def _forget_topics(self, topics: list[str]) -> None:
         """Topics unused for metadata.max.idle.ms: drop their per-topic state everywhere, so a

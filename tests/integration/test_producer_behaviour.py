@@ -27,6 +27,7 @@ from aiokprod.errors import (
     RecordTooLargeError,
 )
 from aiokprod.producer.sender_turns import SenderTurns
+from aiokprod.records import RecordBatchBuilder
 from support.reader import read_back
 
 Headers = Sequence[tuple[str, bytes | None]] | None
@@ -348,6 +349,31 @@ async def test_partitioner_ignore_keys_spreads_one_key_by_stickiness(
         # sticky, not round-robin: consecutive records mostly share a partition
         runs = 1 + sum(a.partition != b.partition for a, b in itertools.pairwise(metas))
         assert runs <= 30, runs
+
+
+async def test_unkeyed_records_switch_partition_on_a_batch_boundary(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """The sticky partitioner leaves a partition only once its last batch is full (Java's
+    enableSwitch), so every run of consecutive records on one partition ends where a batch
+    ends. Records of one size and one timestamp fill every batch with the same count, so a run
+    ends at an offset that count divides. Counting bytes alone, the first run ended at the
+    11th record, leaving a batch of 3 behind."""
+    topic = new_topic(partitions=4)
+    value, ts = b"v" * 100, 1_700_000_000_000
+    builder = RecordBatchBuilder(bytearray(), write_limit=1024)  # what batch.size=1024 holds
+    per_batch = 0
+    while builder.try_append(ts, None, value):
+        per_batch += 1
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=10_000,
+                        batch_size=1024) as producer:
+        futures = [await producer.send(topic, value, timestamp_ms=ts) for _ in range(300)]
+        await asyncio.wait_for(producer.flush(), 20)
+        metas = [f.result() for f in futures]
+    runs = [list(run) for _p, run in itertools.groupby(metas, key=lambda m: m.partition)]
+    assert len(runs) >= 5, [len(r) for r in runs]
+    ends = [(run[-1].partition, run[-1].offset + 1) for run in runs[:-1]]
+    assert all(end % per_batch == 0 for _p, end in ends), (per_batch, ends)
 
 
 # ------------------------------------------------------------------------------------ send_many
