@@ -16,8 +16,9 @@ Where each is called (Java names in brackets):
   partition (``Partitioner.partition``); an answer that names no partition of the topic fails
   that call;
 * interceptors — ``on_send`` before serialization, ``on_acknowledgement`` when a record is
-  acknowledged or fails (``ProducerInterceptor``); an exception from either is logged and the
-  record goes on, as in Java. ``send_many()`` refuses to run with interceptors configured.
+  acknowledged or fails, including when ``send()`` itself refuses it after ``on_send``
+  (``ProducerInterceptor``); an exception from either is logged and the record goes on, as in
+  Java. ``send_many()`` refuses to run with interceptors configured.
 """
 
 from __future__ import annotations
@@ -97,4 +98,7 @@ class ProducerInterceptor(Protocol):
         self, metadata: RecordMetadata | None, error: BaseException | None, /
     ) -> None:
         """Called once per record when its batch is acknowledged (``metadata`` set, ``error``
-        ``None``) or fails (``error`` set); runs before the record's future is resolved."""
+        ``None``) or fails (``error`` set); runs before the record's future is resolved. A
+        record that ``on_send`` saw and ``send()`` then refused (too large, a serializer error,
+        no metadata within ``max_block_ms``, bad input, a cancelled wait) arrives here too, with
+        ``metadata`` ``None`` and the error ``send()`` raised (Java's ``onSendError``)."""

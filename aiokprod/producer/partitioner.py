@@ -2,15 +2,18 @@
 
 Keyed records go to ``to_positive(murmur2(key)) % num_partitions``, bit-for-bit the Java client's
 rule, so a key lands on the same partition whichever client wrote it (librdkafka's
-``murmur2_random`` partitioner agrees; the tests check against it).
+``murmur2_random`` partitioner agrees; the tests check against it). The hash is in ``murmur2``.
 
 Records without a key (or all records with ``partitioner.ignore.keys``) stick to one partition
-until ``batch.size`` bytes went to it, then a new one is drawn (docs/batching.md, P2). Sticking
-fills batches instead of spreading single records over every partition; switching after a batch's
-worth keeps the load uniform over time. With adaptive partitioning the draw is weighted against
-partitions whose queues are long, using the queue sizes the accumulator reports; with
-``partitioner.availability.timeout.ms`` partitions whose leader has not drained data for that long
-are left out of the draw.
+until ``batch.size`` bytes went to it and every batch queued for it is full, or twice
+``batch.size`` went to it, then a new one is drawn (docs/batching.md, P2; Java's
+``enableSwitch``). Sticking fills batches instead of spreading single records over every
+partition; switching on a batch boundary leaves no small batch behind to be sent alone when it
+lingered out; switching after a batch's worth keeps the load uniform over time. With adaptive
+partitioning the draw is weighted against partitions whose queues are long, using the queue
+sizes the accumulator reports; with ``partitioner.availability.timeout.ms`` partitions whose
+leader has not drained data for that long are left out of the draw. The accumulator also answers
+whether a partition's last batch is full (``last_batch``); without it bytes alone decide.
 
 Partition ids are assumed to be ``0 .. n-1`` (Kafka never leaves holes), as Java assumes when it
 takes ``hash % numPartitions`` as the partition id. Explicit ``partition=`` is the producer's
@@ -21,23 +24,30 @@ random source is injected.
 from __future__ import annotations
 
 import random
-import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from aiokprod import _native
 from aiokprod.hooks import Partitioner
+from aiokprod.producer.murmur2 import (  # re-exported: the names this module always had
+    _murmur2_u32,
+    _murmur2_u32_py,  # noqa: F401 - the pure-Python twin, which tests compare
+    murmur2,
+    partition_for_key,
+    to_positive,
+)
 
 if TYPE_CHECKING:
     from aiokprod.config import ProducerConfig
 
 __all__ = [
     "BuiltinPartitioner",
+    "LastBatch",
     "NodeLatencyStats",
     "PartitionLoadStats",
     "PartitionerCallable",
+    "QueuedBatch",
     "StickyStatistics",
     "murmur2",
     "partition_for_key",
@@ -48,66 +58,30 @@ __all__ = [
 #: (the public name is :class:`aiokprod.hooks.Partitioner`).
 PartitionerCallable = Partitioner
 
-_MASK32 = 0xFFFFFFFF
-_M = 0x5BD1E995
-_SEED = 0x9747B28C
-# Precompiled little-endian "n words" unpackers: one C call turns the key body into ints, which
-# beats slicing 4 bytes at a time or iterating a memoryview cast.
-_WORDS = tuple(struct.Struct(f"<{n}I") for n in range(65))
+
+class _Filling(Protocol):
+    @property
+    def full(self) -> bool:
+        """Set once a record like the last one appended would not fit (or one was refused)."""
 
 
-def _murmur2_u32_py(
-    data: bytes | bytearray | memoryview,
-    _m: int = _M,
-    _mask: int = _MASK32,
-    _words: tuple[struct.Struct, ...] = _WORDS,
-) -> int:
-    """MurmurHash2 (32-bit, seed 0x9747b28c) as an unsigned int.
+class QueuedBatch(Protocol):
+    """What the partitioner reads of a partition's last queued batch (a ``ProducerBatch``):
+    whether another record would still go into it. Plain attributes, not ``is_full()``: the
+    partitioner reads them for every record while it waits for the batch to fill, and a call
+    cost several times more."""
 
-    Defaults bind the constants as locals (faster lookups in the loop). Java multiplies in
-    wrapping 32-bit ints; here products are masked to 32 bits only where the next step reads high
-    bits (the ``>> 24`` and the loop-carried ``h``), which gives the same low 32 bits.
-    """
-    length = len(data)
-    h = _SEED ^ length
-    nwords = length >> 2
-    if nwords:
-        if nwords <= 64:
-            words = _words[nwords].unpack_from(data)
-        else:
-            words = struct.unpack_from(f"<{nwords}I", data)
-        for w in words:
-            k = w * _m & _mask
-            h = (h * _m ^ (k ^ k >> 24) * _m) & _mask
-    tail = length & 3
-    if tail:
-        # Java's fall-through switch XORs the 1-3 trailing bytes in little-endian order.
-        h = (h ^ int.from_bytes(data[length - tail :], "little")) * _m & _mask
-    h ^= h >> 13
-    h = h * _m & _mask
-    return h ^ h >> 15
+    @property
+    def sealed(self) -> object | None:
+        """Set once the batch was drained (sent): nothing more goes into it."""
+
+    @property
+    def builder(self) -> _Filling:
+        """The batch's record builder."""
 
 
-# the native twin (aiokprod/_native) when it is built and not disabled: the same bits
-_murmur2_u32: Callable[[bytes | bytearray | memoryview], int] = (
-    _murmur2_u32_py if _native.speedups is None else _native.speedups.murmur2_u32)
-
-
-def murmur2(data: bytes | bytearray | memoryview) -> int:
-    """Java's ``Utils.murmur2``: the same bits, as a signed 32-bit int like Java returns."""
-    h = _murmur2_u32(data)
-    return h - 0x100000000 if h & 0x80000000 else h
-
-
-def to_positive(x: int) -> int:
-    """Java's ``Utils.toPositive``: clear the sign bit (not ``abs``, which breaks at MIN_VALUE)."""
-    return x & 0x7FFFFFFF
-
-
-def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) -> int:
-    """The partition Java's default partitioner gives ``key``."""
-    return (_murmur2_u32(key) & 0x7FFFFFFF) % num_partitions
-
+#: ``(topic, partition) -> its last queued batch, or None when none is queued``
+LastBatch = Callable[[str, int], "QueuedBatch | None"]
 
 @dataclass(slots=True)
 class NodeLatencyStats:
@@ -141,7 +115,7 @@ class StickyStatistics:
     """What the partitioner does for one topic (for tests, logs and ``__repr__``)."""
 
     topic: str
-    # The partition unkeyed records currently go to; None until one is drawn or after a switch.
+    # The partition unkeyed records currently go to; None until one is drawn.
     sticky_partition: int | None
     # Bytes appended to the sticky partition since it was drawn.
     produced_bytes: int
@@ -154,7 +128,8 @@ class StickyStatistics:
 class _TopicState:
     """Sticky state of one topic."""
 
-    __slots__ = ("load_stats", "num_partitions", "produced_bytes", "sticky", "switches")
+    __slots__ = ("load_stats", "num_partitions", "produced_bytes", "sticky", "switches",
+                 "watched")
 
     def __init__(self) -> None:
         # Current sticky partition; None means "draw one at the next unkeyed record".
@@ -167,6 +142,9 @@ class _TopicState:
         self.switches = 0
         # Queue-size weights from the accumulator; None means "uniform over available".
         self.load_stats: PartitionLoadStats | None = None
+        # A switch is due but the sticky partition's last batch was not full: that batch,
+        # watched until it fills (asking the accumulator again only then).
+        self.watched: QueuedBatch | None = None
 
 
 def _call_custom(
@@ -209,6 +187,7 @@ class BuiltinPartitioner:
         availability_timeout_ms: int = 0,
         custom: PartitionerCallable | None = None,
         rng: random.Random | None = None,
+        last_batch: LastBatch | None = None,
     ) -> None:
         if batch_size < 0 or availability_timeout_ms < 0:
             raise ValueError(
@@ -226,10 +205,17 @@ class BuiltinPartitioner:
         self._rng = rng if rng is not None else random.Random()
         self._topics: dict[str, _TopicState] = {}
         self._nodes: dict[int, NodeLatencyStats] = {}
+        # The accumulator's answer to "is the sticky partition's last batch full?"; None: no
+        # accumulator to ask, a batch's worth of bytes alone decides.
+        self._last_batch = last_batch
 
     @classmethod
     def from_config(
-        cls, config: ProducerConfig, *, rng: random.Random | None = None
+        cls,
+        config: ProducerConfig,
+        *,
+        rng: random.Random | None = None,
+        last_batch: LastBatch | None = None,
     ) -> BuiltinPartitioner:
         return cls(
             batch_size=config.batch_size,
@@ -238,6 +224,7 @@ class BuiltinPartitioner:
             availability_timeout_ms=config.partitioner_availability_timeout_ms,
             custom=config.partitioner,
             rng=rng,
+            last_batch=last_batch,
         )
 
     # -- the per-record path ------------------------------------------------------------------
@@ -264,7 +251,9 @@ class BuiltinPartitioner:
         if state is None:
             state = self._topics[topic] = _TopicState()
         sticky = state.sticky
-        if sticky is None or state.num_partitions != num_partitions:
+        if sticky is None or state.num_partitions != num_partitions or (
+                state.produced_bytes >= self._sticky_bytes
+                and self._switch_due(state, topic, sticky)):
             sticky = self._draw(state, num_partitions, available_partitions)
         return sticky
 
@@ -281,7 +270,9 @@ class BuiltinPartitioner:
 
         The bytes are counted before the append instead of after it; the switch decision is
         the same, and a record that then fails to append (rare: memory or close) counts once
-        too often, which only brings a switch slightly earlier.
+        too often, which only brings a switch slightly earlier. Until a batch's worth went to
+        the sticky partition this costs what it did before the batch-boundary rule; after, each
+        record asks whether the watched batch is full (see ``_switch_due``).
         """
         num_partitions = len(cluster_partitions)
         if key_bytes is not None and self._custom is None and not self._ignore_keys and \
@@ -304,31 +295,55 @@ class BuiltinPartitioner:
             self.on_append(topic, partition, appended_bytes)
             return partition
         partition = state.sticky
-        produced = state.produced_bytes + appended_bytes
-        state.produced_bytes = produced
+        produced = state.produced_bytes
         if produced >= self._sticky_bytes:
-            state.sticky = None
+            # a batch's worth went there: switch at the batch boundary. Inline, the check that
+            # the watched batch is still filling (the common case until it fills)
+            watched = state.watched
+            if (watched is None or watched.sealed is not None or watched.builder.full
+                    or produced >= 2 * self._sticky_bytes) and \
+                    self._switch_due(state, topic, partition):
+                partition = self._draw(state, num_partitions, available_partitions)
+                produced = 0
+        state.produced_bytes = produced + appended_bytes
         return partition
 
-    def on_append(
-        self, topic: str, partition: int, appended_bytes: int, *, enable_switch: bool = True
-    ) -> None:
-        """Count bytes that went into ``partition``; switch once a batch's worth went there.
+    def on_append(self, topic: str, partition: int, appended_bytes: int) -> None:
+        """Count bytes that went into ``partition`` if it is the topic's sticky partition.
 
         Every append to the sticky partition counts, keyed or not, since all of them fill the
-        same batch (Java counts only unkeyed ones). ``enable_switch=False`` is the accumulator
-        saying "the partition's last batch is not full": Java then waits for up to twice
-        ``batch.size`` so that the switch lands on a batch boundary instead of leaving a small
-        trailing batch behind. The new partition is drawn lazily by the next unkeyed record, which
-        brings fresh availability.
+        same batches (Java counts only unkeyed ones). The switch itself is decided by the next
+        unkeyed record (``partition``/``place``), which brings fresh availability and sees
+        whether the partition's last batch filled meanwhile.
         """
         state = self._topics.get(topic)
-        if state is None or state.sticky != partition:
-            return
-        produced = state.produced_bytes + appended_bytes
-        state.produced_bytes = produced
-        if (enable_switch and produced >= self._sticky_bytes) or produced >= 2 * self._sticky_bytes:
-            state.sticky = None
+        if state is not None and state.sticky == partition:
+            state.produced_bytes += appended_bytes
+
+    def _switch_due(self, state: _TopicState, topic: str, partition: int) -> bool:
+        """A batch's worth went to ``partition``: switch now only if every batch queued for it
+        is full (Java's ``enableSwitch``: the last one is, as only the last can have room), or
+        twice ``batch.size`` went there (a mix of keyed and unkeyed records can keep opening
+        batches that are not full).
+
+        Without the batch rule a switch lands wherever the byte count crossed ``batch.size``,
+        and the partition is left with a batch holding a few records that lingers and goes
+        alone. The accumulator is asked for the last batch only when none is watched or the
+        watched one filled or was sent (a new one may have opened behind it).
+        """
+        if state.produced_bytes >= 2 * self._sticky_bytes:
+            return True
+        watched = state.watched
+        if watched is not None and watched.sealed is None and not watched.builder.full:
+            return False
+        last_batch = self._last_batch
+        if last_batch is None:
+            return True
+        last = last_batch(topic, partition)
+        if last is None or last.sealed is not None or last.builder.full:
+            return True
+        state.watched = last
+        return False
 
     def _draw(
         self, state: _TopicState, num_partitions: int, available_partitions: Sequence[int]
@@ -346,6 +361,7 @@ class BuiltinPartitioner:
         state.sticky = partition
         state.num_partitions = num_partitions
         state.produced_bytes = 0
+        state.watched = None
         state.switches += 1
         return partition
 

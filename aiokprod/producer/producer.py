@@ -1,9 +1,9 @@
-"""``Producer``: the public face that wires config, cluster, pool, accumulator and sender.
+"""``Producer``: the public face that wires config, cluster, pool, accumulator and sender, and
+runs their lifecycle (start, flush, close) and the producer-wide queries (health, metrics).
 
-``send`` is the hot path. It validates and serializes, finds the partition, and appends into
-the accumulator — all without yielding to the loop unless it must wait for metadata (first
-send to a topic) or for buffer memory, each bounded by ``max_block_ms``. It returns the
-record's delivery future; the sender task resolves it when the broker answers.
+What it sends through lives in mixins it inherits, one job each: ``send_path`` (``send``, the
+per-record hot path, and the checks and waits every send shares), ``send_many`` (the bulk
+path) and ``_transactional_api`` (the transaction methods). ``start()`` sets the state they read.
 """
 
 from __future__ import annotations
@@ -12,39 +12,30 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from threading import get_ident
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod.config import ProducerConfig
-from aiokprod.errors import (
-    IllegalStateError,
-    KafkaError,
-    KafkaTimeoutError,
-    ProducerClosedError,
-    RecordTooLargeError,
-    SerializationError,
-)
-from aiokprod.hooks import Serializer
+from aiokprod.errors import KafkaError, KafkaTimeoutError, ProducerClosedError
 from aiokprod.metrics import ProducerMetrics
 from aiokprod.network.cluster import Cluster
-from aiokprod.network.metadata import TopicMetadata
 from aiokprod.network.security import options_from_config
 from aiokprod.producer._transactional_api import TransactionalApi
-from aiokprod.producer.accumulator import RecordAccumulator, estimate_record_size
-from aiokprod.producer.batch import RecordMetadata
+from aiokprod.producer.accumulator import RecordAccumulator
+from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.partitioner import BuiltinPartitioner
+from aiokprod.producer.send_many import SendMany
+from aiokprod.producer.send_path import Headers
 from aiokprod.producer.sender import Sender
 from aiokprod.producer.sender_turns import SenderTurns
 from aiokprod.producer.supervisor import Supervisor
 from aiokprod.producer.transaction_manager import TransactionManager
 from aiokprod.producer.transactions import TransactionState
-from aiokprod.producer.validation import check_header_key, check_timestamp_ms, validate_topic
+from aiokprod.producer.validation import validate_topic
 from aiokprod.records import CompressionRatioEstimator, CompressionType
 from aiokprod.settings import ProducerSettings
 from aiokprod.telemetry import ClientTelemetry
@@ -54,12 +45,9 @@ if sys.version_info >= (3, 12):
 else:  # PEP 692's Unpack for **kwargs is in typing from 3.12
     from typing_extensions import Unpack
 
-__all__ = ["Producer", "ProducerHealth"]
+__all__ = ["Headers", "Producer", "ProducerHealth"]
 
 log = logging.getLogger(__name__)
-
-_BYTES_LIKE = (bytes, bytearray, memoryview)
-Headers = Sequence[tuple[str, bytes | None]]
 
 
 class ProducerHealth(NamedTuple):
@@ -69,7 +57,7 @@ class ProducerHealth(NamedTuple):
     reason: str | None
 
 
-class Producer(TransactionalApi):
+class Producer(SendMany, TransactionalApi):
     """An asyncio Kafka producer. Use ``async with Producer(...)`` or ``start()``/``close()``.
 
     ``Producer(bootstrap_servers, **settings)`` takes every ``ProducerConfig`` setting as a
@@ -195,7 +183,7 @@ class Producer(TransactionalApi):
             on_ack=self._on_acknowledgement if cfg.interceptors else None,
             metrics=self._metrics, clock=clock, spawn=self._supervisor.spawn,
             transactions=self._txn)
-        self._partitioner = BuiltinPartitioner.from_config(cfg)
+        self._partitioner = BuiltinPartitioner.from_config(cfg, last_batch=self._last_batch)
         if cfg.partitioner_availability_timeout_ms > 0:
             self._sender.set_node_ready_hook(self._partitioner.update_node_latency_stats)
         self._acc.on_queue_sizes = self._partitioner.update_queue_sizes
@@ -227,6 +215,13 @@ class Producer(TransactionalApi):
                      cfg.idempotence_disabled_reason)
         if self._txn is not None:
             await self._init_transactions()
+
+    def _last_batch(self, topic: str, partition: int) -> ProducerBatch | None:
+        """The partition's last queued batch: the sticky partitioner switches only once it is
+        full (docs/batching.md, P2). Asked about once per batch."""
+        acc = self._acc
+        batches = acc.queued_batches(topic, partition) if acc is not None else None
+        return batches[-1] if batches else None
 
     def _forget_topics(self, topics: list[str]) -> None:
         """Topics unused for metadata.max.idle.ms: drop their per-topic state everywhere, so a
@@ -347,277 +342,7 @@ class Producer(TransactionalApi):
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
 
-    # ---- sending ---------------------------------------------------------------------------
-
-    async def send(
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
-        headers: Headers | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue one record; returns its delivery future (await it for ``RecordMetadata``).
-
-        Suspends to wait for the topic's metadata or for buffer memory, each at most
-        ``max_block_ms``, and once after a batch filled or opened, at most once per
-        ``min(0.5 ms, linger_ms)``: in a tight ``await send()`` loop nothing else would yield,
-        and the sender would not run until memory ran out (Java wakes its sender thread when a
-        batch fills; on one event loop the sender needs the loop; see ``sender_turns``).
-        Cancelling it while it waits leaves nothing queued.
-        """
-        if self._yield_due:
-            # before anything of this record is queued, so a cancellation here loses nothing
-            self._yield_due = False
-            await asyncio.sleep(0)
-        try:
-            acc, _sender = self._sending_parts()
-            if self._interceptors:
-                topic, value, key, partition, timestamp_ms, headers = self._on_send(
-                    topic, value, key, partition, timestamp_ms, headers)
-            cluster = self._cluster
-            assert cluster is not None
-            meta = cluster.view.topics.get(topic)
-            if meta is None:
-                validate_topic(topic)  # known topics were validated on their first send
-            # the common case (bytes or None, no serializer) costs no call
-            if self._key_serializer is None and (key is None or type(key) is bytes):
-                key_bytes: bytes | None = key
-            else:
-                key_bytes = self._serialize(topic, key, self._key_serializer, "key")
-            if self._value_serializer is None and (value is None or type(value) is bytes):
-                value_bytes: bytes | None = value
-            else:
-                value_bytes = self._serialize(topic, value, self._value_serializer, "value")
-            if headers is not None:
-                headers = _check_headers(headers)
-            timestamp_ms = self._checked_timestamp(timestamp_ms)
-            size = (0 if key_bytes is None else len(key_bytes)) + \
-                (0 if value_bytes is None else len(value_bytes))
-            if headers or size > self._max_record_fast:
-                size = estimate_record_size(key_bytes, value_bytes, headers)
-            if size > self._max_record:
-                raise RecordTooLargeError(
-                    f"The message is {size} bytes when serialized which is larger than "
-                    f"{self._max_record}, the smaller of max.request.size="
-                    f"{self._config.max_request_size} and buffer.memory="
-                    f"{self._config.buffer_memory}")
-            start = 0.0
-            if meta is None or not meta.partition_ids:
-                start = time.monotonic()
-                meta = await self._wait_for_topic(topic)
-            if partition is None:
-                partition = self._partitioner.place(topic, key_bytes, value_bytes,
-                                                    meta.partition_ids, meta.available_partitions,
-                                                    size)
-            else:
-                if partition not in meta.partitions:
-                    if not start:
-                        start = time.monotonic()
-                    meta = await self._wait_for_partition(topic, partition, start)
-                self._partitioner.on_append(topic, partition, size)
-            future = acc.try_append(topic, partition, timestamp_ms, key_bytes, value_bytes, headers)
-            if future is None:
-                if not start:
-                    start = time.monotonic()
-                future = await self._append_waiting(topic, partition, timestamp_ms, key_bytes,
-                                                    value_bytes, headers, start)
-            return future
-        except KafkaError:
-            # what send() itself refuses counts as a record error, as in Java's doSend
-            metrics = self._metrics
-            if metrics is not None:
-                metrics.record_errors.record(1, 1)
-            raise
-
-    async def _append_waiting(self, topic: str, partition: int, timestamp_ms: int,
-                              key: bytes | None, value: bytes | None, headers: Headers | None,
-                              start: float) -> asyncio.Future[RecordMetadata]:
-        acc, pool = self._acc, self._pool
-        assert acc is not None and pool is not None
-        size = acc.allocation_size(key, value, headers)
-        remaining = max(0.0, self._max_block - (time.monotonic() - start) * 1000)
-        try:
-            buffer = await pool.allocate(size, remaining)
-        except IllegalStateError as exc:  # the pool closed under us: closing or fatal
-            raise self._stopped_error("memory") from exc
-        if self._closed or self._sender is None or self._sender.fatal_error is not None:
-            pool.deallocate(buffer, size)
-            raise self._stopped_error("memory")
-        return acc.append_with_buffer(topic, partition, timestamp_ms, key, value, headers,
-                                      buffer, size)
-
-    async def send_and_wait(
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
-        headers: Headers | None = None,
-    ) -> RecordMetadata:
-        """Send one record and wait for its acknowledgement.
-
-        Cancelling the caller stops the waiting, not the record: it may still be delivered,
-        and the producer stays fully usable.
-        """
-        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
-        return await future
-
-    async def send_many(
-        self,
-        topic: str,
-        values: Iterable[Any],
-        keys: Iterable[Any] | None = None,
-        *,
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
-        headers: Headers | None = None,
-    ) -> asyncio.Future[SendManyResult]:
-        """Queue many records of one topic; one future for all of them.
-
-        The bulk path: checks run once per call, records are appended in runs straight into
-        batches (no future, tuple or metadata object per record), and the future resolves to a
-        ``SendManyResult`` — a sequence of ``RecordMetadata`` in input order, built only for the
-        records you look at. It fails with the first error any record met. ``headers``, if
-        given, go on every record. Keyed records are partitioned by key (murmur2) and keep
-        their order within a partition; unkeyed ones go by the sticky partitioner.
-
-        Suspends only to wait for metadata or memory (each bounded by ``max_block_ms``). If a
-        wait fails part-way, the records already queued are still delivered and the error says
-        how many were.
-        """
-        acc, _sender = self._sending_parts()
-        pool = self._pool
-        assert pool is not None  # set with the accumulator
-        cluster = self._cluster
-        assert cluster is not None
-        if topic not in cluster.view.topics:
-            validate_topic(topic)
-        if self._interceptors:
-            raise ValueError("send_many() does not run interceptors; use send() per record "
-                             "with interceptors configured")
-        vals = self._bulk_bytes(topic, values, self._value_serializer, "value")
-        n = len(vals)
-        ks = None if keys is None else self._bulk_bytes(topic, keys, self._key_serializer, "key")
-        if ks is not None and len(ks) != n:
-            raise ValueError(f"send_many got {len(ks)} keys for {n} values")
-        record_headers = None if headers is None else _check_headers(headers)
-        timestamp_ms = self._checked_timestamp(timestamp_ms)
-        self._check_bulk_sizes(vals, ks, record_headers)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[SendManyResult] = loop.create_future()
-        if n == 0:
-            future.set_result(SendManyResult(BulkDelivery(future, topic, vals, ks,
-                                                          timestamp_ms, None)))
-            return future
-        start = time.monotonic()
-        meta = cluster.view.topics.get(topic)
-        if meta is None or not meta.partition_ids:
-            meta = await self._wait_for_topic(topic)
-        # runs of consecutive records bound for one partition; None = ask the sticky partitioner
-        runs: list[tuple[int | None, int, int]]
-        order: list[int] | None = None
-        ordered_vals, ordered_keys = vals, ks
-        if partition is not None:
-            if partition not in meta.partitions:
-                meta = await self._wait_for_partition(topic, partition, start)
-            runs = [(partition, 0, n)]
-        elif ks is None or (self._config.partitioner_ignore_keys and \
-                self._config.partitioner is None):
-            runs = [(None, 0, n)]
-        else:
-            choose = self._partitioner.partition
-            ids, available = meta.partition_ids, meta.available_partitions
-            by_partition: dict[int, list[int]] = {}
-            for i, (k, v) in enumerate(zip(ks, vals, strict=True)):
-                by_partition.setdefault(choose(topic, k, v, ids, available), []).append(i)
-            order = [i for indices in by_partition.values() for i in indices]
-            ordered_vals = [vals[i] for i in order]
-            ordered_keys = [ks[i] for i in order]
-            runs = []
-            pos = 0
-            for p, indices in by_partition.items():
-                runs.append((p, pos, pos + len(indices)))
-                pos += len(indices)
-        hdrs = None if record_headers is None else [record_headers] * n
-        bulk = BulkDelivery(future, topic, vals, ks, timestamp_ms, order)
-        queued = 0
-        try:
-            for run_partition, run_start, run_stop in runs:
-                i = run_start
-                while i < run_stop:
-                    if run_partition is not None:
-                        p = run_partition
-                    else:
-                        p = self._partitioner.partition(topic, None, None, meta.partition_ids,
-                                                        meta.available_partitions)
-                    taken, added = acc.try_append_many(topic, p, timestamp_ms, ordered_vals,
-                                                       ordered_keys, hdrs, i, run_stop, bulk)
-                    if not taken:
-                        size = acc.bulk_allocation_size(
-                            None if ordered_keys is None else ordered_keys[i], ordered_vals[i],
-                            record_headers)
-                        buffer = pool.try_allocate(size)
-                        if buffer is None:
-                            remaining = self._max_block - (time.monotonic() - start) * 1000
-                            try:
-                                buffer = await pool.allocate(size, max(0.0, remaining))
-                            except IllegalStateError as exc:
-                                raise self._stopped_error("memory") from exc
-                            if self._closed or _sender.fatal_error is not None:
-                                pool.deallocate(buffer, size)
-                                raise self._stopped_error("memory")
-                        taken, added = acc.append_many_with_buffer(
-                            topic, p, timestamp_ms, ordered_vals, ordered_keys, hdrs, i,
-                            run_stop, bulk, buffer, size)
-                    if run_partition is None:
-                        self._partitioner.on_append(topic, p, added)
-                    i += taken
-                    queued += taken
-        except BaseException as exc:
-            bulk.pending -= n - queued  # what was queued still completes; the call fails now
-            if isinstance(exc, KafkaError) and queued:
-                error = type(exc)(f"send_many: {queued} of {n} records were queued (they will "
-                                  f"still be delivered) before: {exc}")
-                bulk.fail(error)
-                raise error from exc
-            bulk.fail(exc)
-            raise
-        return future
-
-    def _bulk_bytes(self, topic: str, items: Iterable[Any], serializer: Serializer | None,
-                    what: str) -> list[bytes | None]:
-        data = list(items)
-        if serializer is not None:
-            try:
-                data = [serializer(x) for x in data]
-            except Exception as exc:
-                raise SerializationError(
-                    f"{what}_serializer failed for topic {topic!r}: {exc!r}") from exc
-        for i, x in enumerate(data):
-            if x is not None and type(x) is not bytes:
-                if isinstance(x, _BYTES_LIKE):
-                    data[i] = bytes(x)
-                    continue
-                raise TypeError(f"{what}s[{i}] must be bytes or None (got {type(x).__name__}); "
-                                f"configure {what}_serializer to send other types")
-        return data
-
-    def _check_bulk_sizes(self, vals: list[bytes | None], keys: list[bytes | None] | None,
-                          headers: list[tuple[str, bytes | None]] | None) -> None:
-        longest = max((len(v) for v in vals if v is not None), default=0)
-        if keys is not None:
-            longest += max((len(k) for k in keys if k is not None), default=0)
-        if longest <= self._max_record_fast and not headers:
-            return
-        for i, v in enumerate(vals):
-            size = estimate_record_size(None if keys is None else keys[i], v, headers)
-            if size > self._max_record:
-                raise RecordTooLargeError(
-                    f"send_many: values[{i}] is {size} bytes when serialized, larger than "
-                    f"{self._max_record}, the smaller of max.request.size and buffer.memory")
+    # ---- flushing and queries --------------------------------------------------------------
 
     async def flush(self, timeout: float | None = None) -> None:
         """Make everything queued sendable now and wait until it is acknowledged or failed.
@@ -690,73 +415,7 @@ class Producer(TransactionalApi):
             return {}
         return self._metrics.registry.snapshot_flat()
 
-    # ---- helpers ---------------------------------------------------------------------------
-
-    async def _wait_for_topic(self, topic: str) -> TopicMetadata:
-        """The topic's metadata within what is left of max.block.ms; a close or a fatal error
-        during the wait ends it with ``ProducerClosedError`` or the fatal cause."""
-        cluster = self._cluster
-        assert cluster is not None
-        started = time.perf_counter_ns()
-        try:
-            # the first wait of any call, so all of max.block.ms is left (and the timeout
-            # message names the configured value)
-            meta = await cluster.wait_for_topic(topic, self._max_block)
-        except KafkaError as exc:
-            if self._closed or (self._sender is not None and self._sender.fatal_error):
-                raise self._stopped_error("metadata") from exc
-            raise
-        finally:
-            self._time_operation("metadata-wait", started)
-        if self._closed:
-            raise self._stopped_error("metadata")
-        return meta
-
-    def _time_operation(self, operation: str, started_ns: int) -> None:
-        """Add the time since ``started_ns`` to ``{operation}-time-ns-total``."""
-        metrics = self._metrics
-        if metrics is not None:
-            metrics.operation_time[operation].record(time.perf_counter_ns() - started_ns, 1)
-
-    async def _wait_for_partition(self, topic: str, partition: int, start: float
-                                  ) -> TopicMetadata:
-        """Java waits for a partition it does not know yet (one added to the topic): refresh
-        and wait within max.block.ms rather than fail on possibly stale metadata."""
-        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-            raise ValueError(f"partition must be a non-negative int, got {partition!r}")
-        cluster = self._cluster
-        assert cluster is not None
-        while True:
-            meta = cluster.view.topics.get(topic)
-            if meta is not None and partition in meta.partitions:
-                return meta
-            elapsed_ms = (time.monotonic() - start) * 1000
-            if elapsed_ms >= self._max_block:
-                count = 0 if meta is None else len(meta.partition_ids)
-                raise KafkaTimeoutError(
-                    f"Partition {partition} of topic {topic!r} with partition count {count} "
-                    f"is not present in metadata after max.block.ms={self._max_block}: "
-                    f"partition {partition} does not exist (yet)")
-            cluster.request_update()
-            await self._metadata_changed(min(self._max_block - elapsed_ms,
-                                             self._config.retry_backoff_ms * 2))
-
-    async def _metadata_changed(self, timeout_ms: float) -> None:
-        cluster = self._cluster
-        assert cluster is not None
-        await cluster.wait_for_update(timeout_ms)
-        if self._closed or (self._sender is not None and self._sender.fatal_error):
-            raise self._stopped_error("metadata")
-
-    def _stopped_error(self, what: str) -> KafkaError:
-        """Why a send that waited for ``what`` cannot go on: closed, or fatal."""
-        sender = self._sender
-        fatal = sender.fatal_error if sender is not None else None
-        if fatal is not None:
-            error = KafkaError(f"producer is in a fatal state: {fatal}")
-            error.__cause__ = fatal
-            return error
-        return ProducerClosedError(f"producer closed while this send waited for {what}")
+    # ---- background events -----------------------------------------------------------------
 
     def _on_transaction_fatal(self, error: BaseException) -> None:
         """The transaction turned fatal (fenced, not authorized...): every record held fails
@@ -776,12 +435,6 @@ class Producer(TransactionalApi):
         if self._cluster is not None:
             self._cluster.fail(error)
 
-    def _not_sending_error(self) -> KafkaError:
-        if self._closed:
-            return ProducerClosedError("the producer is closed: send() after close()")
-        return IllegalStateError("the producer is not started: call `await producer.start()` "
-                                 "or use `async with Producer(...)`")
-
     def _wakeup(self) -> None:
         turns = self._turns
         if not self._yield_due and turns is not None and turns.take():
@@ -790,112 +443,10 @@ class Producer(TransactionalApi):
         if sender is not None:
             sender.wakeup()
 
-    @staticmethod
-    def _serialize(topic: str, obj: Any, serializer: Serializer | None, what: str
-                   ) -> bytes | None:
-        """A key or value (``what``) as bytes: through its serializer if one is configured."""
-        if serializer is not None:
-            try:
-                obj = serializer(obj)
-            except Exception as exc:
-                raise SerializationError(
-                    f"{what}_serializer failed for topic {topic!r}: {exc!r}") from exc
-        if obj is None or type(obj) is bytes:
-            return obj
-        if isinstance(obj, _BYTES_LIKE):
-            return bytes(obj)
-        raise TypeError(f"{what} must be bytes or None (got {type(obj).__name__}); "
-                        f"configure {what}_serializer to send other types")
-
-    def _sending_parts(self) -> tuple[RecordAccumulator, Sender]:
-        """The accumulator and sender, or the error that says why nothing can be sent now."""
-        acc, sender = self._acc, self._sender
-        if acc is None or sender is None or self._closed:
-            raise self._not_sending_error()
-        owner = self._loop_owner
-        if owner is None or owner._thread_id != get_ident():
-            self._check_running_loop()
-        txn = self._txn
-        if txn is not None and txn.state is not TransactionState.IN_TRANSACTION:
-            raise self._send_refused(txn)
-        fatal = sender.fatal_error
-        if fatal is not None:
-            raise KafkaError(f"producer is in a fatal state: {fatal}") from fatal
-        return acc, sender
-
-    def _check_running_loop(self) -> None:
-        """Refuses a call from any loop but the one ``start()`` ran on.
-
-        ``asyncio.get_running_loop()`` makes a ``getpid()`` system call on every call (CPython
-        guards against forked children), which cost 0.3-0.4 µs per ``send()`` here. So
-        ``_sending_parts`` asks only when it cannot tell cheaply: an asyncio loop records the
-        thread it runs in (``_thread_id``), and one loop runs per thread, so that thread being
-        the current one already proves the running loop is ours. Other loops (uvloop) and any
-        mismatch come here for the exact answer.
-        """
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not self._loop:
-            # the producer's state is not thread-safe and lives on one loop: refuse before
-            # anything is queued, so a caller who retries elsewhere creates no duplicate
-            raise RuntimeError(
-                "this Producer belongs to another event loop (the one start() ran on); a "
-                "producer cannot be shared across event loops or threads: create one per loop")
-
-    @staticmethod
-    def _checked_timestamp(timestamp_ms: int | None) -> int:
-        if timestamp_ms is None:
-            return int(time.time() * 1000)
-        return check_timestamp_ms(timestamp_ms)
-
-    def _on_send(self, topic: str, value: Any, key: Any, partition: int | None,
-                 timestamp_ms: int | None, headers: Headers | None) -> tuple[Any, ...]:
-        record = (topic, value, key, partition, timestamp_ms, headers)
-        for interceptor in self._interceptors:
-            hook = getattr(interceptor, "on_send", None)
-            if hook is None:
-                continue
-            try:
-                result = hook(*record)
-            except Exception:  # Java: an interceptor's failure is logged, the record goes on
-                log.exception("on_send interceptor %r raised", interceptor)
-                continue
-            if result is not None:
-                record = tuple(result)
-        return record
-
-    def _on_acknowledgement(self, md: RecordMetadata | None, error: BaseException | None
-                            ) -> None:
-        for interceptor in self._interceptors:
-            hook = getattr(interceptor, "on_acknowledgement", None)
-            if hook is not None:
-                try:
-                    hook(md, error)
-                except Exception:  # Java: log and go on to the next interceptor
-                    log.exception("on_acknowledgement interceptor %r raised", interceptor)
-
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("started" if self._started else "new")
         return (f"<Producer client_id={self._config.client_id!r} {state} "
                 f"bootstrap={','.join(self._config.bootstrap_servers)}>")
-
-
-def _check_headers(headers: Headers) -> list[tuple[str, bytes | None]]:
-    checked: list[tuple[str, bytes | None]] = []
-    for item in headers:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise TypeError(f"headers must be (str, bytes | None) pairs, got {item!r}")
-        hkey, hvalue = item
-        if not isinstance(hkey, str):
-            raise TypeError(f"header key must be str, got {type(hkey).__name__}: {hkey!r}")
-        check_header_key(hkey)
-        if hvalue is not None and not isinstance(hvalue, _BYTES_LIKE):
-            raise TypeError(f"header {hkey!r} value must be bytes or None, "
-                            f"got {type(hvalue).__name__}")
-        checked.append((hkey, None if hvalue is None else bytes(hvalue)))
-    return checked
 
 
 def _as_kwargs(config: ProducerConfig) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from aiokprod import KafkaTimeoutError, Producer, RecordTooLargeError
+from aiokprod import KafkaTimeoutError, Producer, RecordTooLargeError, SerializationError
 from aiokprod.devbroker import TansuBroker
 
 M = "producer-metrics"
@@ -71,3 +71,37 @@ async def test_sends_refused_by_send_itself_count_as_record_errors(
         with pytest.raises(ValueError):  # bad input: not a Kafka error, not counted (Java)
             await producer.send(topic, b"x", timestamp_ms=-5)
         assert producer.metrics()[f"{M}:record-error-total"] == 2
+
+
+async def test_send_many_refusals_count_every_record_of_the_call_as_errors(
+        tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
+    """What send_many() raises before queueing anything fails every record of the call, and
+    record-error counts them as send() counts its one record: Kafka errors (too large, a
+    serializer failing, no such partition within max.block.ms), not bad input."""
+    topic = new_topic()
+
+    def encode(value: object) -> object:
+        return value.encode() if isinstance(value, str) else value
+
+    async with Producer(bootstrap_servers=tansu.bootstrap, max_request_size=10_000,
+                        max_block_ms=300, value_serializer=encode) as producer:  # type: ignore[arg-type]
+        await producer.partitions_for(topic)
+        with pytest.raises(RecordTooLargeError):
+            await producer.send_many(topic, ["ok", "x" * 20_000, "ok"])
+        with pytest.raises(SerializationError):
+            await producer.send_many(topic, ["a", Unencodable(), "c", "d"])
+        with pytest.raises(KafkaTimeoutError):
+            await producer.send_many(topic, ["a", "b"], partition=99)  # no such partition
+        with pytest.raises(TypeError):  # bad input: not a Kafka error, not counted (as send)
+            await producer.send_many(topic, ["a", 5])
+        assert producer.metrics()[f"{M}:record-error-total"] == 3 + 4 + 2
+        result = await (await producer.send_many(topic, ["fine"] * 3))
+        assert len(result) == 3
+        assert producer.metrics()[f"{M}:record-error-total"] == 9
+
+
+class Unencodable(str):
+    """A str whose encode() fails, as a serializer meeting a value it cannot handle."""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        raise UnicodeEncodeError("utf-8", str(self), 0, 1, "cannot encode this one")

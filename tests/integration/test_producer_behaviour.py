@@ -24,8 +24,10 @@ from aiokprod.errors import (
     IllegalStateError,
     KafkaTimeoutError,
     ProducerClosedError,
+    RecordTooLargeError,
 )
 from aiokprod.producer.sender_turns import SenderTurns
+from aiokprod.records import RecordBatchBuilder
 from support.reader import read_back
 
 Headers = Sequence[tuple[str, bytes | None]] | None
@@ -155,6 +157,54 @@ async def test_a_raising_interceptor_does_not_hide_acknowledgements_from_the_nex
         await asyncio.wait_for(asyncio.gather(*futures), 10)
     assert tagger.sent == 10  # on_send is guarded per interceptor (Java's rule)...
     assert len(tagger.acks) == 10  # ...and so must on_acknowledgement be
+
+
+class Recorder:
+    """Records what each hook is called with and changes nothing."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.acks: list[tuple[RecordMetadata | None, BaseException | None]] = []
+
+    def on_send(self, topic: str, value: bytes, *rest: object) -> None:
+        self.sent.append(value)
+
+    def on_acknowledgement(self, metadata: RecordMetadata | None,
+                           error: BaseException | None) -> None:
+        self.acks.append((metadata, error))
+
+
+async def test_interceptors_are_told_of_failures_send_raises_itself(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """A record on_send saw and send() then refused (too large, no such partition within
+    max.block.ms, bad input, cancelled while waiting) reaches on_acknowledgement with that
+    error, as Java's onSendError tells interceptors; the pairing one on_send → one
+    on_acknowledgement holds for every record."""
+    topic = new_topic(partitions=1)
+    recorder = Recorder()
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5, max_block_ms=300,
+                        max_request_size=10_000, interceptors=[recorder]) as producer:
+        await producer.partitions_for(topic)
+        with pytest.raises(RecordTooLargeError) as too_large:
+            await producer.send(topic, b"x" * 20_000)
+        with pytest.raises(KafkaTimeoutError) as no_partition:
+            await producer.send(topic, b"p", partition=99)
+        with pytest.raises(TypeError) as bad_type:
+            await producer.send(topic, "text")  # type: ignore[arg-type]
+        waiting = asyncio.ensure_future(producer.send(topic, b"c", partition=99))
+        await asyncio.sleep(0.05)  # waiting for partition 99 to appear
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        meta = await asyncio.wait_for(await producer.send(topic, b"fine"), 10)
+    assert len(recorder.sent) == 5
+    assert [(m, type(e)) for m, e in recorder.acks] == [
+        (None, RecordTooLargeError), (None, KafkaTimeoutError), (None, TypeError),
+        (None, asyncio.CancelledError), (meta, type(None))]
+    assert recorder.acks[0][1] is too_large.value
+    assert recorder.acks[1][1] is no_partition.value
+    assert recorder.acks[2][1] is bad_type.value
 
 
 async def test_a_slow_callback_runs_after_its_whole_batch_is_complete(
@@ -299,6 +349,31 @@ async def test_partitioner_ignore_keys_spreads_one_key_by_stickiness(
         # sticky, not round-robin: consecutive records mostly share a partition
         runs = 1 + sum(a.partition != b.partition for a, b in itertools.pairwise(metas))
         assert runs <= 30, runs
+
+
+async def test_unkeyed_records_switch_partition_on_a_batch_boundary(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """The sticky partitioner leaves a partition only once its last batch is full (Java's
+    enableSwitch), so every run of consecutive records on one partition ends where a batch
+    ends. Records of one size and one timestamp fill every batch with the same count, so a run
+    ends at an offset that count divides. Counting bytes alone, the first run ended at the
+    11th record, leaving a batch of 3 behind."""
+    topic = new_topic(partitions=4)
+    value, ts = b"v" * 100, 1_700_000_000_000
+    builder = RecordBatchBuilder(bytearray(), write_limit=1024)  # what batch.size=1024 holds
+    per_batch = 0
+    while builder.try_append(ts, None, value):
+        per_batch += 1
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=10_000,
+                        batch_size=1024) as producer:
+        futures = [await producer.send(topic, value, timestamp_ms=ts) for _ in range(300)]
+        await asyncio.wait_for(producer.flush(), 20)
+        metas = [f.result() for f in futures]
+    runs = [list(run) for _p, run in itertools.groupby(metas, key=lambda m: m.partition)]
+    assert len(runs) >= 5, [len(r) for r in runs]
+    ends = [(run[-1].partition, run[-1].offset + 1) for run in runs[:-1]]
+    assert all(end % per_batch == 0 for _p, end in ends), (per_batch, ends)
 
 
 # ------------------------------------------------------------------------------------ send_many

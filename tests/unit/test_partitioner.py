@@ -15,12 +15,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokprod.config import ProducerConfig
+from aiokprod.producer.accumulator import RecordAccumulator
+from aiokprod.producer.batch import ProducerBatch
+from aiokprod.producer.buffer_pool import BufferPool
 from aiokprod.producer.partitioner import (
     BuiltinPartitioner,
     murmur2,
     partition_for_key,
     to_positive,
 )
+from aiokprod.records import RecordBatchBuilder
 
 # Values of org.apache.kafka.common.utils.Utils.murmur2 (signed, as Java returns them).
 JAVA_VECTORS = {
@@ -32,6 +36,7 @@ JAVA_VECTORS = {
     b"abc": 479470107,
 }
 TOPIC = "t"
+TS = 1_700_000_000_000
 
 
 def slow_murmur2(data: bytes) -> int:
@@ -148,22 +153,101 @@ def test_sticks_until_batch_size_bytes_then_switches() -> None:
     assert part.statistics(TOPIC).produced_bytes == 90
     part.on_append(TOPIC, (first + 1) % 50, 500)  # another partition's bytes do not count
     assert part.statistics(TOPIC).sticky_partition == first
-    part.on_append(TOPIC, first, 10)  # 100 bytes: switch
-    stats = part.statistics(TOPIC)
-    assert stats.sticky_partition is None and stats.switches == 1
+    part.on_append(TOPIC, first, 10)  # 100 bytes: the next unkeyed record draws again
+    assert part.statistics(TOPIC).switches == 1
     part.partition(TOPIC, None, b"x", parts, parts)
     stats = part.statistics(TOPIC)
     assert stats.switches == 2 and stats.produced_bytes == 0
 
 
-def test_switch_waits_for_batch_boundary_up_to_twice_batch_size() -> None:
-    part = BuiltinPartitioner(batch_size=100, rng=random.Random(3))
+def _batch(partition: int, records: int) -> ProducerBatch:
+    """A real batch holding ``records`` 100-byte records (8 fill its 1024 bytes)."""
+    builder = RecordBatchBuilder(bytearray(), write_limit=1024)
+    for _ in range(records):
+        assert builder.try_append(TS, None, b"v" * 100)
+    return ProducerBatch(TOPIC, partition, bytearray(), 1024, builder, 0.0, TS)
+
+
+def test_switch_waits_for_the_last_batch_to_fill_up_to_twice_batch_size() -> None:
+    """Java's enableSwitch: a batch's worth of bytes is not enough while the partition's last
+    batch has room; a full (or sent) last batch, or twice batch.size, switches."""
+    last: dict[int, ProducerBatch | None] = {}
+    part = BuiltinPartitioner(batch_size=100, rng=random.Random(3),
+                              last_batch=lambda topic, p: last.get(p))
     parts = list(range(4))
     p = part.partition(TOPIC, None, None, parts, parts)
-    part.on_append(TOPIC, p, 150, enable_switch=False)
-    assert part.statistics(TOPIC).sticky_partition == p
-    part.on_append(TOPIC, p, 50, enable_switch=False)
-    assert part.statistics(TOPIC).sticky_partition is None
+    last[p] = _batch(p, 3)  # room for 5 more
+    part.on_append(TOPIC, p, 150)
+    assert part.partition(TOPIC, None, None, parts, parts) == p
+    assert part.statistics(TOPIC).switches == 1
+    watched = last[p]
+    assert watched is not None
+    for _ in range(5):
+        assert part.place(TOPIC, None, None, parts, parts, 0) == p
+        assert watched.builder.try_append(TS, None, b"v" * 100)
+    assert watched.builder.is_full()
+    part.place(TOPIC, None, None, parts, parts, 0)  # the batch filled: a new draw
+    assert part.statistics(TOPIC).switches == 2
+
+    q = part.statistics(TOPIC).sticky_partition
+    assert q is not None
+    last[q] = _batch(q, 1)
+    part.on_append(TOPIC, q, 150)
+    part.partition(TOPIC, None, None, parts, parts)
+    assert part.statistics(TOPIC).switches == 2  # last batch not full: stay
+    sent = last[q]
+    assert sent is not None
+    sent.seal()  # sent as it was (it lingered out): nothing more goes into it
+    part.partition(TOPIC, None, None, parts, parts)
+    assert part.statistics(TOPIC).switches == 3
+
+    q = part.statistics(TOPIC).sticky_partition
+    assert q is not None
+    last[q] = _batch(q, 1)
+    part.on_append(TOPIC, q, 150)
+    part.partition(TOPIC, None, None, parts, parts)
+    assert part.statistics(TOPIC).switches == 3  # last batch not full: stay
+    part.on_append(TOPIC, q, 50)  # 200 bytes, twice batch.size: switch whatever the batch
+    part.partition(TOPIC, None, None, parts, parts)
+    assert part.statistics(TOPIC).switches == 4
+
+    r = part.statistics(TOPIC).sticky_partition
+    assert r is not None
+    last[r] = None  # nothing queued (all sent): every batch is full
+    part.on_append(TOPIC, r, 100)
+    part.partition(TOPIC, None, None, parts, parts)
+    assert part.statistics(TOPIC).switches == 5
+
+
+async def test_unkeyed_records_leave_a_partition_only_with_its_last_batch_full() -> None:
+    """With the real accumulator asked as the producer asks it: every switch leaves the
+    partition with its last batch full. Counting bytes alone, the switch came at the 11th
+    100-byte record (1100 >= batch.size 1024) and left a batch of 3 records behind, to be
+    sent alone once it lingered out."""
+    clock = lambda: 0.0  # noqa: E731 - nothing here waits
+    pool = BufferPool(1 << 20, 1024, clock=clock)
+    acc = RecordAccumulator(pool=pool, batch_size=1024, linger_ms=10_000,
+                            delivery_timeout_ms=60_000, clock=clock)
+
+    def last_batch(topic: str, partition: int) -> ProducerBatch | None:
+        batches = acc.queued_batches(topic, partition)
+        return batches[-1] if batches else None
+
+    part = BuiltinPartitioner(batch_size=1024, rng=random.Random(7), last_batch=last_batch)
+    parts = list(range(4))
+    value = b"v" * 100
+    previous = None
+    left_full = 0
+    for _ in range(400):
+        p = part.place(TOPIC, None, value, parts, parts, len(value))
+        if previous is not None and p != previous:
+            left = acc.queued_batches(TOPIC, previous)
+            assert left[-1].builder.is_full(), [b.record_count for b in left]
+            left_full += 1
+        assert acc.try_append(TOPIC, p, TS, None, value, None) is not None
+        previous = p
+    assert left_full >= 10
+    assert part.statistics(TOPIC).switches > left_full  # some draws picked the same one
 
 
 def test_uniform_over_many_switches() -> None:
@@ -225,9 +309,10 @@ def test_ignore_keys_makes_keyed_records_sticky() -> None:
 def test_batch_size_zero_switches_every_record() -> None:
     part = BuiltinPartitioner(batch_size=0, rng=random.Random(4))
     parts = list(range(3))
-    p = part.partition(TOPIC, None, b"v", parts, parts)
-    part.on_append(TOPIC, p, 1)
-    assert part.statistics(TOPIC).sticky_partition is None
+    for n in range(1, 6):
+        p = part.partition(TOPIC, None, b"v", parts, parts)
+        part.on_append(TOPIC, p, 1)
+        assert part.statistics(TOPIC).switches == n
 
 
 def test_no_partitions_is_an_error_naming_the_topic() -> None:

@@ -1,0 +1,212 @@
+"""``Producer.send_many``: many records of one topic queued in one call, with one future.
+
+The bulk path: its checks run once per call, records are appended in runs straight into
+batches (no future, tuple or metadata object per record, see ``bulk``), and the future
+resolves to a ``SendManyResult``. A mixin over ``SendPath``, whose checks and waits it shares;
+``Producer`` inherits it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from aiokprod.errors import IllegalStateError, KafkaError, RecordTooLargeError, SerializationError
+from aiokprod.hooks import Serializer
+from aiokprod.producer.accumulator import estimate_record_size
+from aiokprod.producer.bulk import BulkDelivery, SendManyResult
+from aiokprod.producer.send_path import BYTES_LIKE, Headers, SendPath, check_headers
+from aiokprod.producer.validation import validate_topic
+
+__all__ = ["SendMany"]
+
+
+class _Progress:
+    """How many records of a ``send_many`` call are queued, for what its error counts."""
+
+    __slots__ = ("queued",)
+
+    def __init__(self) -> None:
+        self.queued = 0
+
+
+class SendMany(SendPath):
+    """``send_many`` and its checks, as methods of ``Producer``."""
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        keys: Iterable[Any] | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> asyncio.Future[SendManyResult]:
+        """Queue many records of one topic; one future for all of them.
+
+        The bulk path: checks run once per call, records are appended in runs straight into
+        batches (no future, tuple or metadata object per record), and the future resolves to a
+        ``SendManyResult`` — a sequence of ``RecordMetadata`` in input order, built only for the
+        records you look at. It fails with the first error any record met. ``headers``, if
+        given, go on every record. Keyed records are partitioned by key (murmur2) and keep
+        their order within a partition; unkeyed ones go by the sticky partitioner.
+
+        Suspends only to wait for metadata or memory (each bounded by ``max_block_ms``). If a
+        wait fails part-way, the records already queued are still delivered and the error says
+        how many were.
+
+        What it raises before the records are queued counts every record of the call in
+        record-error (what is queued counts when it fails, as any record): the same errors
+        ``send()`` counts for its one record, Kafka errors, not bad input.
+        """
+        items = list(values)
+        progress = _Progress()
+        try:
+            return await self._queue_many(topic, items, keys, partition, timestamp_ms, headers,
+                                          progress)
+        except KafkaError:
+            self._count_record_errors(len(items) - progress.queued)
+            raise
+
+    async def _queue_many(self, topic: str, values: list[Any], keys: Iterable[Any] | None,
+                          partition: int | None, timestamp_ms: int | None,
+                          headers: Headers | None, progress: _Progress
+                          ) -> asyncio.Future[SendManyResult]:
+        """``send_many``'s work; ``progress.queued`` says how many records it queued before
+        anything it raises."""
+        acc, _sender = self._sending_parts()
+        pool = self._pool
+        assert pool is not None  # set with the accumulator
+        cluster = self._cluster
+        assert cluster is not None
+        if topic not in cluster.view.topics:
+            validate_topic(topic)
+        if self._interceptors:
+            raise ValueError("send_many() does not run interceptors; use send() per record "
+                             "with interceptors configured")
+        vals = self._bulk_bytes(topic, values, self._value_serializer, "value", owned=True)
+        n = len(vals)
+        ks = None if keys is None else self._bulk_bytes(topic, keys, self._key_serializer, "key")
+        if ks is not None and len(ks) != n:
+            raise ValueError(f"send_many got {len(ks)} keys for {n} values")
+        record_headers = None if headers is None else check_headers(headers)
+        timestamp_ms = self._checked_timestamp(timestamp_ms)
+        self._check_bulk_sizes(vals, ks, record_headers)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[SendManyResult] = loop.create_future()
+        if n == 0:
+            future.set_result(SendManyResult(BulkDelivery(future, topic, vals, ks,
+                                                          timestamp_ms, None)))
+            return future
+        start = time.monotonic()
+        meta = cluster.view.topics.get(topic)
+        if meta is None or not meta.partition_ids:
+            meta = await self._wait_for_topic(topic)
+        # runs of consecutive records bound for one partition; None = ask the sticky partitioner
+        runs: list[tuple[int | None, int, int]]
+        order: list[int] | None = None
+        ordered_vals, ordered_keys = vals, ks
+        if partition is not None:
+            if partition not in meta.partitions:
+                meta = await self._wait_for_partition(topic, partition, start)
+            runs = [(partition, 0, n)]
+        elif ks is None or (self._config.partitioner_ignore_keys and \
+                self._config.partitioner is None):
+            runs = [(None, 0, n)]
+        else:
+            choose = self._partitioner.partition
+            ids, available = meta.partition_ids, meta.available_partitions
+            by_partition: dict[int, list[int]] = {}
+            for i, (k, v) in enumerate(zip(ks, vals, strict=True)):
+                by_partition.setdefault(choose(topic, k, v, ids, available), []).append(i)
+            order = [i for indices in by_partition.values() for i in indices]
+            ordered_vals = [vals[i] for i in order]
+            ordered_keys = [ks[i] for i in order]
+            runs = []
+            pos = 0
+            for p, indices in by_partition.items():
+                runs.append((p, pos, pos + len(indices)))
+                pos += len(indices)
+        hdrs = None if record_headers is None else [record_headers] * n
+        bulk = BulkDelivery(future, topic, vals, ks, timestamp_ms, order)
+        queued = 0
+        try:
+            for run_partition, run_start, run_stop in runs:
+                i = run_start
+                while i < run_stop:
+                    if run_partition is not None:
+                        p = run_partition
+                    else:
+                        p = self._partitioner.partition(topic, None, None, meta.partition_ids,
+                                                        meta.available_partitions)
+                    taken, added = acc.try_append_many(topic, p, timestamp_ms, ordered_vals,
+                                                       ordered_keys, hdrs, i, run_stop, bulk)
+                    if not taken:
+                        size = acc.bulk_allocation_size(
+                            None if ordered_keys is None else ordered_keys[i], ordered_vals[i],
+                            record_headers)
+                        buffer = pool.try_allocate(size)
+                        if buffer is None:
+                            remaining = self._max_block - (time.monotonic() - start) * 1000
+                            try:
+                                buffer = await pool.allocate(size, max(0.0, remaining))
+                            except IllegalStateError as exc:
+                                raise self._stopped_error("memory") from exc
+                            if self._closed or _sender.fatal_error is not None:
+                                pool.deallocate(buffer, size)
+                                raise self._stopped_error("memory")
+                        taken, added = acc.append_many_with_buffer(
+                            topic, p, timestamp_ms, ordered_vals, ordered_keys, hdrs, i,
+                            run_stop, bulk, buffer, size)
+                    if run_partition is None:
+                        self._partitioner.on_append(topic, p, added)
+                    i += taken
+                    queued += taken
+                    progress.queued = queued
+        except BaseException as exc:
+            bulk.pending -= n - queued  # what was queued still completes; the call fails now
+            if isinstance(exc, KafkaError) and queued:
+                error = type(exc)(f"send_many: {queued} of {n} records were queued (they will "
+                                  f"still be delivered) before: {exc}")
+                bulk.fail(error)
+                raise error from exc
+            bulk.fail(exc)
+            raise
+        return future
+
+    def _bulk_bytes(self, topic: str, items: Iterable[Any], serializer: Serializer | None,
+                    what: str, *, owned: bool = False) -> list[bytes | None]:
+        """The items as bytes or None; ``owned``: ``items`` is a list of our own, which may be
+        changed in place rather than copied."""
+        data = items if owned and type(items) is list else list(items)
+        if serializer is not None:
+            try:
+                data = [serializer(x) for x in data]
+            except Exception as exc:
+                raise SerializationError(
+                    f"{what}_serializer failed for topic {topic!r}: {exc!r}") from exc
+        for i, x in enumerate(data):
+            if x is not None and type(x) is not bytes:
+                if isinstance(x, BYTES_LIKE):
+                    data[i] = bytes(x)
+                    continue
+                raise TypeError(f"{what}s[{i}] must be bytes or None (got {type(x).__name__}); "
+                                f"configure {what}_serializer to send other types")
+        return data
+
+    def _check_bulk_sizes(self, vals: list[bytes | None], keys: list[bytes | None] | None,
+                          headers: list[tuple[str, bytes | None]] | None) -> None:
+        longest = max((len(v) for v in vals if v is not None), default=0)
+        if keys is not None:
+            longest += max((len(k) for k in keys if k is not None), default=0)
+        if longest <= self._max_record_fast and not headers:
+            return
+        for i, v in enumerate(vals):
+            size = estimate_record_size(None if keys is None else keys[i], v, headers)
+            if size > self._max_record:
+                raise RecordTooLargeError(
+                    f"send_many: values[{i}] is {size} bytes when serialized, larger than "
+                    f"{self._max_record}, the smaller of max.request.size and buffer.memory")
