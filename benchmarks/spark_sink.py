@@ -16,26 +16,29 @@ One SparkSession (``local[2]``: two tasks, two Python workers) writes the same D
 ``rows`` rows, 2 partitions, a string key (the row number) and a 100-byte binary value — in
 interleaved rounds, each write into a fresh 6-partition topic:
 
-* ``jvm``      — ``format("kafka")``: Spark's JVM sink (kafka-clients 3.9.2), at-least-once;
+* ``jvm``      — ``format("kafka")``: Spark's JVM sink (kafka-clients 3.9.2), at-least-once,
+  its default ``batch.size`` (16 KiB);
+* ``jvm-64k``  — the same with ``kafka.batch.size`` 64 KiB, the aiokprod sink's default;
 * ``ours``     — ``format("aiokprod")``, at-least-once (the default);
 * ``ours-txn`` — ``format("aiokprod").option("transactional", "true")``: exactly-once, one
   Kafka transaction per task;
 * ``floor``    — a Python data source whose Arrow writer only counts each batch's rows: what
   Spark itself costs to generate the rows and hand them to Python as Arrow, the ceiling of any
-  Python sink here.
+  Python sink here;
+* ``noop``     — Spark's ``format("noop")``: the rows are generated and dropped in the JVM.
 
-Every producer has acks=all, idempotence and linger 5 ms; ``batch.size`` is 16 KiB in both
-clients (their default). A write is timed from the call until it returns (every record
-acknowledged, the transactions committed), then the topic is read back with confluent-kafka
-(read_committed) and its records counted: a write that lost or duplicated rows fails the run.
-Round 0 warms both sides up (JIT, Python workers forking and importing, producers connecting)
-and is reported but not in the medians.
+Every producer has acks=all, idempotence and linger 5 ms; ``batch.size`` is each sink's default
+(16 KiB for Spark's, 64 KiB for ours) except in ``jvm-64k``. A write is timed from the call
+until it returns (every record acknowledged, the transactions committed), then the topic is
+read back with confluent-kafka (read_committed) and its records counted: a write that lost or
+duplicated rows fails the run. Round 0 warms both sides up (JIT, Python workers forking and
+importing, producers connecting) and is reported but not in the medians.
 
-CPU per row comes from ``/proc``: the Spark JVM's and the Python workers' user+system time
-during each write (the processes are this script's descendants), so it shows where each sink
-spends. ``--encoder-only`` measures the encoding alone, in process on Arrow batches like
-Spark's (10,000 rows): ``send_columns``' encoder against what ``send_many`` needed
-(``to_pylist`` and a partitioner call per keyed row).
+CPU per row comes from ``/proc``: the Spark JVM's, the Python workers' and the broker's
+user+system time during each write (all are this script's descendants), so it shows where each
+sink spends; on 2 cores the total is what bounds the rate. ``--encoder-only`` measures the
+encoding alone, in process on Arrow batches like Spark's (10,000 rows): ``send_columns``'
+encoder against what ``send_many`` needed (``to_pylist`` and a partitioner call per keyed row).
 
 Results are quoted in docs/performance.md ("PySpark sink") and docs/spark.md.
 """
@@ -63,7 +66,7 @@ POM = ROOT / "benchmarks" / "spark_kafka" / "pom.xml"
 PARTITIONS = 6
 VALUE_SIZE = 100
 SPARK_PARTITIONS = 2
-CONTENDERS = ("jvm", "ours", "ours-txn", "floor")
+CONTENDERS = ("jvm", "jvm-64k", "ours", "ours-txn", "floor", "noop")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -88,7 +91,8 @@ def ensure_venv() -> Path:
     pip = [str(python), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, "--upgrade", "pip", "setuptools>=77", "Cython>=3.0"], check=True,
                    timeout=900)
-    subprocess.run([*pip, f"pyspark=={SPARK_VERSION}", "pyarrow", "confluent-kafka",
+    # cryptography: the Kafka fixtures (tests/support) import it
+    subprocess.run([*pip, f"pyspark=={SPARK_VERSION}", "pyarrow", "confluent-kafka", "cryptography",
                     "-e", str(ROOT)], check=True, timeout=1800)
     (VENV / ".complete").write_text("ok\n")
     return python
@@ -122,7 +126,8 @@ def _artifact(jar: str) -> str:
 
 
 def _descendants() -> dict[int, tuple[str, float]]:
-    """pid → (kind, CPU seconds) of every live descendant: kind ``jvm`` or ``python``."""
+    """pid → (kind, CPU seconds) of every live descendant: kind ``broker`` (the Kafka JVM),
+    ``jvm`` (Spark's) or ``python`` (Spark's Python daemon and workers)."""
     parents: dict[int, int] = {}
     stats: dict[int, tuple[str, float]] = {}
     for entry in os.listdir("/proc"):
@@ -136,7 +141,14 @@ def _descendants() -> dict[int, tuple[str, float]]:
         fields = raw[raw.rindex(")") + 2:].split()
         parents[int(entry)] = int(fields[1])
         cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        stats[int(entry)] = ("jvm" if name == "java" else "python", cpu)
+        kind = "python"
+        if name == "java":
+            try:
+                command = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            kind = "broker" if b"kafka.Kafka" in command else "jvm"
+        stats[int(entry)] = (kind, cpu)
     mine: set[int] = set()
     frontier = {os.getpid()}
     while frontier:
@@ -147,7 +159,7 @@ def _descendants() -> dict[int, tuple[str, float]]:
 
 def _cpu_delta(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
                ) -> dict[str, float]:
-    out = {"jvm": 0.0, "python": 0.0}
+    out = {"jvm": 0.0, "python": 0.0, "broker": 0.0}
     for pid, (kind, cpu) in after.items():
         out[kind] += cpu - before.get(pid, (kind, 0.0))[1]
     return out
@@ -164,6 +176,7 @@ def _spark(jars: list[Path]) -> Any:
                .appName("aiokprod-spark-bench")
                .config("spark.jars", ",".join(str(j) for j in jars))
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(SPARK_PARTITIONS))
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
@@ -197,11 +210,13 @@ def _floor_source() -> Any:
 
 
 def _writer(contender: str, df: Any, bootstrap: str, topic: str) -> Any:
-    if contender == "floor":
-        return lambda: df.write.format("floor").mode("append").save()
+    if contender in ("floor", "noop"):
+        return lambda: df.write.format(contender).mode("append").save()
     producer = {"kafka.bootstrap.servers": bootstrap, "kafka.acks": "all",
                 "kafka.enable.idempotence": "true", "kafka.linger.ms": "5", "topic": topic}
-    if contender == "jvm":
+    if contender.startswith("jvm"):
+        if contender == "jvm-64k":
+            producer["kafka.batch.size"] = "65536"
         return lambda: df.write.format("kafka").options(**producer).save()
     if contender == "ours-txn":
         producer["transactional"] = "true"
@@ -261,24 +276,24 @@ def run(args: argparse.Namespace) -> None:
             for round_no in range(args.rounds):
                 for contender in args.contenders:
                     topic = f"bench-{contender}-{round_no}-{uuid.uuid4().hex[:6]}"
-                    if contender != "floor":
+                    sink = contender not in ("floor", "noop")
+                    if sink:
                         kafka.create_topic(topic, partitions=PARTITIONS)
                     write = _writer(contender, df, kafka.bootstrap, topic)
                     before, started = _descendants(), time.perf_counter()
                     write()
                     elapsed = time.perf_counter() - started
                     cpu = _cpu_delta(before, _descendants())
-                    counted = args.rows if contender == "floor" else \
-                        _count(kafka.bootstrap, topic, args.rows)
+                    counted = _count(kafka.bootstrap, topic, args.rows) if sink else args.rows
                     if counted != args.rows:
                         raise SystemExit(f"{contender} round {round_no}: {counted} records "
                                          f"read back, {args.rows} written")
                     runs.append({"contender": contender, "round": round_no, "seconds": elapsed,
                                  "rows_per_s": args.rows / elapsed, "jvm_cpu_s": cpu["jvm"],
-                                 "python_cpu_s": cpu["python"]})
+                                 "python_cpu_s": cpu["python"], "broker_cpu_s": cpu["broker"]})
                     log(f"round {round_no} {contender:9}: {args.rows / elapsed:>9,.0f} rows/s  "
-                        f"cpu jvm {cpu['jvm']:.2f}s python {cpu['python']:.2f}s  "
-                        f"(read back {counted:,})")
+                        f"cpu spark jvm {cpu['jvm']:.2f}s python {cpu['python']:.2f}s broker "
+                        f"{cpu['broker']:.2f}s  (read back {counted:,})")
         finally:
             spark.stop()
     versions = (f"pyspark {pyspark.__version__}, spark-sql-kafka-0-10 {SPARK_VERSION} "
@@ -307,19 +322,20 @@ def _report(runs: list[dict[str, Any]], args: argparse.Namespace, versions: str)
           f"({platform.machine()}), {time.strftime('%Y-%m-%d')}")
     print(versions)
     print()
-    print("| contender | median rows/s | per round (round 0 = warm-up) | JVM CPU µs/row | "
-          "Python CPU µs/row |")
-    print("|---|---:|---|---:|---:|")
+    print("| contender | median rows/s | per round (round 0 = warm-up) | Spark JVM µs/row | "
+          "Python workers µs/row | broker µs/row | total CPU µs/row |")
+    print("|---|---:|---|---:|---:|---:|---:|")
     for contender in args.contenders:
         rounds = ", ".join(f"{r['rows_per_s'] / 1000:.0f}k" for r in runs
                            if r["contender"] == contender)
+        cpu = [median(contender, f"{k}_cpu_s") / args.rows * 1e6
+               for k in ("jvm", "python", "broker")]
         print(f"| {contender} | {median(contender, 'rows_per_s'):,.0f} | {rounds} | "
-              f"{median(contender, 'jvm_cpu_s') / args.rows * 1e6:.2f} | "
-              f"{median(contender, 'python_cpu_s') / args.rows * 1e6:.2f} |")
+              f"{cpu[0]:.2f} | {cpu[1]:.2f} | {cpu[2]:.2f} | {sum(cpu):.2f} |")
     if "jvm" in args.contenders:
         print()
         jvm = median("jvm", "rows_per_s")
-        for contender in ("ours", "ours-txn", "floor"):
+        for contender in ("ours", "ours-txn", "jvm-64k", "floor"):
             if contender in args.contenders:
                 ratios = [r["rows_per_s"] / j["rows_per_s"] for r in counted for j in counted
                           if r["contender"] == contender and j["contender"] == "jvm"

@@ -26,10 +26,11 @@ import sys
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, overload
 
 from aiokprod import _native
-from aiokprod.records._varint import encode_varint, varint_size
+from aiokprod.records._varint import ZIGZAG_TABLE, ZIGZAG_TABLE_SIZE, encode_varint
 
 if TYPE_CHECKING:
     from aiokprod.records.builder import RecordBatchBuilder
@@ -110,38 +111,56 @@ class HeaderColumn:
 
 
 class _Bin:
-    """Python's view of one column spec (the twin of the native ``_Bin``)."""
+    """Python's view of one column spec (the twin of the native ``_Bin``): the row offsets as
+    a list (``offs[r]``, rows counted from the slice's start) and the data as ``bytes``."""
 
-    __slots__ = ("data", "off", "offs", "valid")
+    __slots__ = ("_rows", "data", "off", "offs", "valid")
 
     def __init__(self, spec: _BinSpec, rows: int) -> None:
         offsets, data, validity, off, large = spec
         if off < 0 or rows < 0:
             raise ValueError("negative offset or length")
         width = 8 if large else 4
-        self.off = off
+        self.off = off  # for the validity bitmap, which is not sliced
         self.valid = None if validity is None else _view(validity, (off + rows + 7) >> 3)
         raw = _view(offsets, (off + rows + 1) * width)
         offs = raw[:len(raw) // width * width].cast("q" if large else "i")
-        self.offs = offs if sys.byteorder == "little" else _swapped(offs)
-        self.data = _view(data, 0) if data is not None else memoryview(b"")
-        prev = self.offs[off]
-        if prev < 0:
-            raise ValueError(f"offset {prev} is negative")
-        for i in range(off + 1, off + rows + 1):
-            cur = self.offs[i]
-            if cur < prev:
-                raise ValueError(f"offsets decrease at {i} ({prev} then {cur})")
-            prev = cur
-        if prev > len(self.data):
-            raise ValueError(f"offset {prev} is past the {len(self.data)}-byte data buffer")
+        if sys.byteorder != "little":  # pragma: no cover - big-endian hosts only
+            offs = _swapped(offs)
+        self.offs: list[int] = offs[off:off + rows + 1].tolist()
+        if self.offs[0] < 0:
+            raise ValueError(f"offset {self.offs[0]} is negative")
+        if self.offs != sorted(self.offs):  # C speed; linear on sorted input
+            raise ValueError("offsets decrease")
+        view = _view(data, 0) if data is not None else memoryview(b"")
+        if self.offs[-1] > len(view):
+            raise ValueError(f"offset {self.offs[-1]} is past the {len(view)}-byte data buffer")
+        self.data = bytes(view[:self.offs[-1]])
+        self._rows: list[bytes | None] | None = None
+
+    def rows(self) -> list[bytes | None]:
+        """Every row as ``bytes`` or None, made once (the twin's loops index this list)."""
+        if self._rows is None:
+            data, offs = self.data, self.offs
+            out: list[bytes | None] = [data[s:e] for s, e in pairwise(offs)]
+            valid = self.valid
+            if valid is not None:
+                off = self.off
+                for row in range(len(out)):
+                    i = row + off
+                    if not (valid[i >> 3] >> (i & 7)) & 1:
+                        out[row] = None
+            self._rows = out
+        return self._rows
 
     def get(self, row: int) -> bytes | None:
-        i = row + self.off
         valid = self.valid
-        if valid is not None and not (valid[i >> 3] >> (i & 7)) & 1:
-            return None
-        return bytes(self.data[self.offs[i]:self.offs[i + 1]])
+        if valid is not None:
+            i = row + self.off
+            if not (valid[i >> 3] >> (i & 7)) & 1:
+                return None
+        offs = self.offs
+        return self.data[offs[row]:offs[row + 1]]
 
 
 def _view(buffer: Any, need: int) -> memoryview:
@@ -175,9 +194,9 @@ class _PyColumns:
             buffer, toff = timestamps
             raw = _view(buffer, (toff + length) * 8)
             self.ts = raw[toff * 8:(toff + length) * 8].cast("q")
-            for i, stamp in enumerate(self.ts):
-                if stamp < 0:
-                    raise ValueError(f"timestamps_ms[{i}] is {stamp}; must be >= 0")
+            if length and min(self.ts) < 0:
+                i = self.ts.tolist().index(min(self.ts))
+                raise ValueError(f"timestamps_ms[{i}] is {self.ts[i]}; must be >= 0")
         self.headers: tuple[memoryview | None, int, memoryview, _Bin, _Bin] | None = None
         if headers is not None:
             list_offsets, list_validity, hoff, hkeys, hvals = headers
@@ -185,9 +204,9 @@ class _PyColumns:
                 _view(list_validity, (hoff + length + 7) >> 3)
             raw = _view(list_offsets, (hoff + length + 1) * 4)
             hoffs = raw[:len(raw) // 4 * 4].cast("i")
-            for i in range(hoff + 1, hoff + length + 1):
-                if hoffs[i] < hoffs[i - 1]:
-                    raise ValueError(f"header list offsets decrease at {i}")
+            listed = hoffs[hoff:hoff + length + 1].tolist()
+            if listed != sorted(listed):
+                raise ValueError("header list offsets decrease")
             if hoffs[hoff] < 0:
                 raise ValueError("negative header list offset")
             last = hoffs[hoff + length]
@@ -195,9 +214,8 @@ class _PyColumns:
 
     def set_order(self, order: Any) -> None:
         view = _view(order, self.length * 8)[:self.length * 8].cast("q")
-        for i, row in enumerate(view):
-            if not 0 <= row < self.length:
-                raise ValueError(f"order[{i}] = {row} is not a row")
+        if self.length and not 0 <= min(view) <= max(view) < self.length:
+            raise ValueError("order holds a number that is not a row")
         self.order = view
 
     def max_row_bytes(self) -> int:
@@ -241,26 +259,39 @@ def _append_columns_py(buf: bytearray, cols: _PyColumns, start: int, stop: int, 
     max_ts = -(1 << 63)
     full = False
     rec = 0
-    order, stamps, keys = cols.order, cols.ts, cols.keys
+    order, stamps = cols.order, cols.ts
+    keys = None if cols.keys is None else cols.keys.rows()
+    values = cols.values.rows()
+    headers = cols.headers
+    zz, size = ZIGZAG_TABLE, ZIGZAG_TABLE_SIZE
     for pos in range(start, stop):
         row = order[pos] if order is not None else pos
         ts = stamps[row] if stamps is not None else timestamp
-        key = None if keys is None else keys.get(row)
-        value = cols.values.get(row)
+        key = None if keys is None else keys[row]
+        value = values[row]
+        delta, offset = ts - base_timestamp, count + n
         body = b"".join((
-            b"\x00", encode_varint(ts - base_timestamp), encode_varint(count + n),
-            b"\x01" if key is None else encode_varint(len(key)) + key,
-            b"\x01" if value is None else encode_varint(len(value)) + value,
-            b"\x00" if cols.headers is None else cols.header_section(row)))
-        rec = varint_size(len(body)) + len(body)
+            b"\x00", zz[delta] if 0 <= delta < size else encode_varint(delta),
+            zz[offset] if offset < size else encode_varint(offset),
+            b"\x01" if key is None else
+            (zz[len(key)] if len(key) < size else encode_varint(len(key))) + key,
+            b"\x01" if value is None else
+            (zz[len(value)] if len(value) < size else encode_varint(len(value))) + value,
+            b"\x00" if headers is None else cols.header_section(row)))
+        length = len(body)
+        prefix = zz[length] if length < size else encode_varint(length)
+        rec = len(prefix) + length
         if used + total + rec > limit and count + n > 0:
             full = True
             break
-        records.append(encode_varint(len(body)) + body)
+        records.append(prefix)
+        records.append(body)
         total += rec
         n += 1
-        largest = max(largest, rec)
-        max_ts = max(max_ts, ts)
+        if rec > largest:  # noqa: PLR1730 - an if is cheaper than max() per row
+            largest = rec
+        if ts > max_ts:  # noqa: PLR1730
+            max_ts = ts
     if n and used + total + rec > limit:
         full = True
     buf += b"".join(records)
@@ -285,8 +316,7 @@ def _partition_rows_py(cols: _PyColumns, order: Any, num_partitions: int,
     if len(out) < cols.length:
         raise ValueError(f"order has {len(out)} slots for {cols.length} rows")
     groups: list[list[int]] = [[] for _ in range(num_partitions + 1)]
-    for row in range(cols.length):
-        key = keys.get(row)
+    for row, key in enumerate(keys.rows()):
         part = null_partition if key is None else \
             (_murmur2_u32_py(key) & 0x7FFFFFFF) % num_partitions
         groups[part].append(row)
@@ -354,7 +384,7 @@ class ColumnarRows(Sequence[bytes | None]):
     value, as ``bytes``) only to report sizes of the records someone looks at.
     """
 
-    __slots__ = ("_keys", "_stamps", "_values", "cols", "length", "order", "timestamp")
+    __slots__ = ("_lookup", "_specs", "_stamps", "cols", "length", "order", "timestamp")
 
     def __init__(self, length: int, values: BinaryColumn, keys: BinaryColumn | None,
                  timestamps_ms: tuple[Any, int] | None, headers: HeaderColumn | None,
@@ -363,8 +393,10 @@ class ColumnarRows(Sequence[bytes | None]):
         self.length = length
         self.timestamp = timestamp  # every row's create time without a timestamp column
         self.order: array[int] | None = None  # position → row, once grouped by partition
-        self._values = _PyColumns(length, values.spec(), None if keys is None else keys.spec(),
-                                  None, None) if length else None
+        # Python's view of the keys and values, made only if a result is looked at (its
+        # checks loop over the rows in Python)
+        self._specs = (values.spec(), None if keys is None else keys.spec())
+        self._lookup: _PyColumns | None = None
         self._stamps: memoryview | None = None
         if timestamps_ms is not None:
             buffer, toff = timestamps_ms
@@ -382,14 +414,19 @@ class ColumnarRows(Sequence[bytes | None]):
     def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes | None] | None:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self.length))]
-        if not 0 <= index < self.length or self._values is None:
+        if not 0 <= index < self.length:
             raise IndexError(index)
-        return self._values.values.get(index)
+        return self._columns().values.get(index)
 
     def key(self, row: int) -> bytes | None:
         """Row ``row``'s key (bytes, or None)."""
-        keys = None if self._values is None else self._values.keys
+        keys = self._columns().keys
         return None if keys is None else keys.get(row)
+
+    def _columns(self) -> _PyColumns:
+        if self._lookup is None:
+            self._lookup = _PyColumns(self.length, self._specs[0], self._specs[1], None, None)
+        return self._lookup
 
     def timestamp_of(self, row: int) -> int:
         """Row ``row``'s create time."""

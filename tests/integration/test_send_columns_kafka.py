@@ -119,3 +119,55 @@ async def test_send_columns_unkeyed_in_a_transaction(kafka: KafkaCluster,
     records = read_back(kafka.bootstrap, topic, expected=1000, settle=0.5)
     assert sorted(r.value for r in records) == sorted(values.slice(0, 1000).to_pylist())
     assert {r.timestamp for r in records} == {1_600_000_000_000}
+
+
+def test_sink_sends_headers_and_row_timestamps_in_bulk(
+        kafka: KafkaCluster, kafka_topic: Callable[..., str]) -> None:
+    """The Spark sink's task writer, without Spark: rows with headers and their own timestamps
+    (some null: the send time) go through ``send_columns``; every header, timestamp and keyed
+    partition reads back as written."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from aiokprod.producer.partitioner import murmur2
+    from aiokprod.spark._executor import TaskWriter, close_all_producers
+    from aiokprod.spark._options import settings_from
+
+    topic = kafka_topic(partitions=PARTITIONS)
+    schema = StructType([
+        StructField("key", StringType()), StructField("value", BinaryType()),
+        StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                     StructField("value", BinaryType())]))),
+        StructField("timestamp", TimestampType())])
+    settings = settings_from({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic},
+                             schema)
+    n = 5000
+    micros = [None if i % 50 == 0 else (1_650_000_000_000 + i * 3) * 1000 for i in range(n)]
+    batch = pa.record_batch({
+        "key": pa.array([f"k{i % 31}" for i in range(n)]),
+        "value": pa.array([f"v{i}".encode() for i in range(n)], pa.binary()),
+        "headers": pa.array([None if i % 4 == 0 else [{"key": "i", "value": str(i).encode()}]
+                             for i in range(n)], HEADER_TYPE),
+        "timestamp": pa.array(micros, pa.timestamp("us", tz="UTC"))})
+    try:
+        summary = TaskWriter(settings, 0, 0).write([batch.slice(0, 1234), batch.slice(1234)])
+    finally:
+        close_all_producers()
+    assert summary.records == n
+    records = read_back(kafka.bootstrap, topic, expected=n, settle=0.5)
+    assert len(records) == n
+    for record in records:
+        i = int(record.value[1:])
+        assert record.key == f"k{i % 31}".encode()
+        assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % PARTITIONS
+        assert record.headers == ([] if i % 4 == 0 else [("i", str(i).encode())])
+        if micros[i] is None:  # the send time
+            assert record.timestamp > 1_700_000_000_000
+        else:
+            assert record.timestamp == micros[i] // 1000
