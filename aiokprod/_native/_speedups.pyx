@@ -239,7 +239,9 @@ cdef int _bin_init(_Bin* c, object spec, Py_ssize_t rows, list refs) except -1:
     if off < 0 or rows < 0:
         raise ValueError("negative offset or length")
     c.off = off
-    c.valid = NULL if validity is None else _pointer(validity, refs, (off + rows + 7) >> 3)
+    c.valid = NULL
+    if validity is not None:
+        c.valid = _pointer(validity, refs, (off + rows + 7) >> 3)
     cdef const uint8_t* o = _pointer(offsets, refs, (off + rows + 1) * width)
     c.o32 = NULL
     c.o64 = NULL
@@ -299,8 +301,9 @@ cdef class Columns:
         if headers is not None:
             list_offsets, list_validity, list_offset, header_keys, header_values = headers
             self.hoff = list_offset
-            self.hvalid = NULL if list_validity is None else \
-                _pointer(list_validity, self.refs, (self.hoff + length + 7) >> 3)
+            self.hvalid = NULL
+            if list_validity is not None:
+                self.hvalid = _pointer(list_validity, self.refs, (self.hoff + length + 7) >> 3)
             self.hoffs = <const int32_t*>_pointer(list_offsets, self.refs,
                                                   (self.hoff + length + 1) * 4)
             first = self.hoffs[self.hoff]

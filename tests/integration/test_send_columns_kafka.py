@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
-from aiokprod import Producer
+from aiokprod import Producer, RecordTooLargeError
 from aiokprod.records.columnar import BinaryColumn, HeaderColumn
 from support.kafka_cluster import KafkaCluster
 from support.reader import TIMESTAMP_CREATE_TIME, read_back
@@ -171,3 +171,22 @@ def test_sink_sends_headers_and_row_timestamps_in_bulk(
             assert record.timestamp > 1_700_000_000_000
         else:
             assert record.timestamp == micros[i] // 1000
+
+
+async def test_send_columns_refuses_before_queueing_anything(
+        kafka: KafkaCluster, kafka_topic: Callable[..., str]) -> None:
+    """A record over max.request.size, or both timestamp forms, fail the call up front; the
+    producer then sends the next call normally."""
+    topic = kafka_topic(partitions=1)
+    values = pa.array([b"ok", b"x" * 5000], pa.binary())
+    async with Producer(bootstrap_servers=kafka.bootstrap, max_request_size=2000) as producer:
+        with pytest.raises(RecordTooLargeError, match="larger than 2000"):
+            await producer.send_columns(topic, 2, BinaryColumn.from_arrow(values))
+        stamps = pa.array([1, 2], pa.int64())
+        with pytest.raises(ValueError, match="not both"):
+            await producer.send_columns(topic, 2, BinaryColumn.from_arrow(values),
+                                        timestamp_ms=5,
+                                        timestamps_ms=(stamps.buffers()[1], 0))
+        result = await (await producer.send_columns(topic, 1,
+                                                    BinaryColumn.from_arrow(values.slice(0, 1))))
+        assert result[0].offset == 0  # nothing of the refused calls reached the topic
