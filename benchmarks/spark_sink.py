@@ -169,11 +169,11 @@ def _cpu_delta(before: dict[int, tuple[str, float]], after: dict[int, tuple[str,
 # -- the contenders ------------------------------------------------------------------------------
 
 
-def _spark(jars: list[Path]) -> Any:
+def _spark(jars: list[Path], master: str) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master(f"local[{SPARK_PARTITIONS}]")
+    session = (SparkSession.builder.master(master)
                .appName("aiokprod-spark-bench")
                .config("spark.jars", ",".join(str(j) for j in jars))
                .config("spark.ui.enabled", "false")
@@ -267,7 +267,7 @@ def run(args: argparse.Namespace) -> None:
         raise SystemExit(f"no Kafka broker: {kafka_jars}")
     runs: list[dict[str, Any]] = []
     with KafkaCluster(kafka_jars) as kafka:
-        spark = _spark(jars)
+        spark = _spark(jars, args.master)
         try:
             spark.dataSource.register(KafkaDataSource)
             spark.dataSource.register(_floor_source())
@@ -321,7 +321,7 @@ def _report(runs: list[dict[str, Any]], args: argparse.Namespace, versions: str)
         return statistics.median(r[key] for r in counted if r["contender"] == contender)
 
     print(f"{args.rows:,} rows (string key, {VALUE_SIZE}-byte value) into Apache Kafka "
-          f"({PARTITIONS} partitions), local[{SPARK_PARTITIONS}], {args.rounds} interleaved "
+          f"({PARTITIONS} partitions), {args.master}, {args.rounds} interleaved "
           f"rounds, medians of rounds 1-{args.rounds - 1}; {os.cpu_count()} CPUs "
           f"({platform.machine()}), {time.strftime('%Y-%m-%d')}")
     print(versions)
@@ -419,6 +419,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--master", default=f"local[{SPARK_PARTITIONS}]",
+                        help="Spark master, e.g. local-cluster[2,1,1024] (executors in their "
+                             "own JVMs)")
     parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--encoder-only", action="store_true",
