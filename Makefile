@@ -15,7 +15,7 @@ SUPPORTED_PYTHONS := 3.10 3.11 3.12 3.13
 OTHER_PYTHON_TESTS := tests/unit tests/protocol tests/integration/test_producer_tansu.py \
 	tests/integration/test_transactions_tansu.py
 
-.PHONY: test test-other-pythons demo kafka lint typecheck unit gen docs bench clean
+.PHONY: test test-other-pythons demo kafka lint typecheck unit gen docs bench bench-spark clean
 
 # setup.py builds the native extension (aiokprod/_native) in place when a compiler exists
 $(STAMP): pyproject.toml setup.py aiokprod/_native/_speedups.pyx
@@ -94,6 +94,12 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/run.py
+
+# The PySpark sink beside Spark's own JVM Kafka sink (docs/performance.md). It needs pyspark 4.2.0
+# (the newest release whose spark-sql-kafka-0-10 is on Maven Central): the script makes its own
+# venv in ~/.cache/aiokprod/bench-venv-spark-4.2.0 and resolves the connector with Maven once.
+bench-spark: $(STAMP)
+	$(PY) benchmarks/spark_sink.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-* build site *.egg-info .mypy_cache .ruff_cache .pytest_cache \

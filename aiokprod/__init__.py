@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from aiokprod.producer.producer import Producer, ProducerHealth
     from aiokprod.producer.record_metadata import RecordMetadata
     from aiokprod.producer.transactions import ConsumerGroupMetadata
+    from aiokprod.records.columnar import BinaryColumn, HeaderColumn
     from aiokprod.settings import ProducerSettings
 
 from aiokprod._version import __version__  # written once, in aiokprod/_version.py
@@ -69,15 +70,19 @@ _LAZY = {
     "ProducerSettings": "aiokprod.settings",
     "RecordMetadata": "aiokprod.producer.record_metadata",
     "SendManyResult": "aiokprod.producer.bulk",
+    "BinaryColumn": "aiokprod.records.columnar",
+    "HeaderColumn": "aiokprod.records.columnar",
 }
 
 __all__ = [
     "AuthenticationError",
+    "BinaryColumn",
     "BrokerResponseError",
     "BufferExhaustedError",
     "ClientRequestTimeoutError",
     "ConfigError",
     "ConsumerGroupMetadata",
+    "HeaderColumn",
     "IllegalStateError",
     "IllegalTopicNameError",
     "KafkaConnectionError",

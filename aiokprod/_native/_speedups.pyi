@@ -21,3 +21,19 @@ def complete_deliveries(
     metadata_type: type[Any],
     call_interceptor: Callable[[Any, Any, BaseException | None], None],
 ) -> None: ...
+
+class Columns:
+    length: int
+    def __init__(self, length: int, values: tuple[Any, Any, Any, int, bool],
+                 keys: tuple[Any, Any, Any, int, bool] | None,
+                 timestamps: tuple[Any, int] | None,
+                 headers: tuple[Any, Any, int, tuple[Any, Any, Any, int, bool],
+                                tuple[Any, Any, Any, int, bool]] | None) -> None: ...
+    def max_row_bytes(self) -> int: ...
+    def set_order(self, order: Any) -> None: ...
+
+def append_columns(buf: bytearray, cols: Columns, start: int, stop: int, limit: int,
+                   base_timestamp: int, count: int,
+                   timestamp: int) -> tuple[int, int, int, bool]: ...
+def partition_rows(cols: Columns, order: Any, num_partitions: int,
+                   null_partition: int) -> list[int]: ...

@@ -30,6 +30,7 @@ from aiokprod.records import (
     RecordBatchBuilder,
     split_batch,
 )
+from aiokprod.records.columnar import ColumnarRows
 
 if TYPE_CHECKING:
     from aiokprod.producer.buffer_pool import BufferPool
@@ -289,7 +290,10 @@ class RecordAccumulator:
         builder = batch.builder
         first = builder.record_count
         before = builder.uncompressed_size
-        taken = builder.append_many(timestamp, values, keys, headers, start=start, stop=stop)
+        if type(values) is ColumnarRows:  # send_columns: rows straight from Arrow buffers
+            taken = values.append_to(builder, start, stop)
+        else:
+            taken = builder.append_many(timestamp, values, keys, headers, start=start, stop=stop)
         if builder.full:
             self._wakeup()
         if taken:

@@ -20,10 +20,11 @@ Why this shape (details in docs/spark.md):
   producer under its Java name. Both are checked on the driver, when the writer is built, so a
   typo fails ``save()`` / ``start()`` once with the option or column named — not every task.
   ``sink_options(...)`` builds the options from typed settings, so a type checker sees them.
-* **Arrow in, ``send_many`` out**: the writers are ``DataSourceArrowWriter`` /
+* **Arrow in, ``send_columns`` out**: the writers are ``DataSourceArrowWriter`` /
   ``DataSourceStreamArrowWriter``, so a task gets whole Arrow batches, groups them by topic and
-  partition in Arrow and hands each group to ``send_many`` as one call. Rows are sent one by one
-  only when they differ in what ``send_many`` sets per call (headers, timestamps).
+  partition in Arrow and hands each group's buffers to ``Producer.send_columns`` as one call,
+  which encodes the records straight from the Arrow buffers (keys hashed with murmur2 in the
+  same C pass), per-row headers and timestamps included: no Python object per row.
 * **One producer per executor Python worker** in the default mode, reused by every task of the
   same configuration (``aiokprod.spark._executor``), flushed at the end of each task; a task
   with any failed record raises ``KafkaSinkError`` (count and first error), and Spark retries

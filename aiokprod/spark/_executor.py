@@ -5,9 +5,11 @@ Spark runs a write task in a Python worker process and hands it an iterator of A
 cheap to keep, and Spark reuses its Python workers across tasks (``spark.python.worker.reuse``,
 on by default), so each worker keeps **one producer per configuration** in a module-level
 cache, on **one event loop owned by a background thread** of that worker. The task's own thread
-turns Arrow columns into the lists ``send_many`` takes and hands them to the loop
-(``run_coroutine_threadsafe``); while the loop queues one batch, the task thread converts the
-next, so the two overlap.
+splits each Arrow batch by topic and partition columns and hands the groups' buffers to the loop
+(``run_coroutine_threadsafe``), where ``Producer.send_columns`` encodes the rows straight from
+the Arrow buffers into record batches (keys hashed with murmur2 in C, no Python object per row;
+per-row timestamps and headers included); while the loop queues one batch, the task thread
+prepares the next, so the two overlap.
 
 Every task ends with ``flush()``: when ``write`` returns, every record of the task was
 acknowledged, or the task raises ``KafkaSinkError`` naming how many records failed and the
@@ -27,6 +29,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
 from contextlib import contextmanager
@@ -38,6 +41,7 @@ import pyarrow.compute as pc
 
 from aiokprod.producer.bulk import SendManyResult
 from aiokprod.producer.producer import Producer
+from aiokprod.records.columnar import BinaryColumn, HeaderColumn
 from aiokprod.spark._options import SinkSettings
 
 __all__ = ["KafkaSinkError", "TaskSummary", "TaskWriter", "cached_producer_count",
@@ -169,28 +173,19 @@ def cached_producer_count() -> int:
 
 @dataclass
 class _Bulk:
-    """One ``send_many`` call: records of one topic (and partition, timestamp) in order."""
+    """One ``send_columns`` call: the rows of one topic (and partition) in order."""
 
     topic: str
     partition: int | None
-    timestamp_ms: int | None
-    values: list[bytes | None]
-    keys: list[bytes | None] | None
+    rows: int
+    values: BinaryColumn
+    keys: BinaryColumn | None
+    timestamp_ms: int | None  # every row's, when there is no per-row column
+    timestamps_ms: tuple[Any, int] | None  # (int64 epoch-ms buffer, first row's index)
+    headers: HeaderColumn | None
 
 
-@dataclass
-class _Rows:
-    """Records that differ in headers or timestamps: one ``send`` each, in order."""
-
-    topics: list[str]
-    values: list[bytes | None]
-    keys: list[bytes | None] | None
-    partitions: list[int | None] | None
-    timestamps_ms: list[int | None] | None
-    headers: list[list[tuple[str, bytes | None]] | None] | None
-
-
-_Plan = list[_Bulk | _Rows]
+_Plan = list[_Bulk]
 
 
 class TaskWriter:
@@ -207,9 +202,9 @@ class TaskWriter:
         self._topics: dict[str, int] = {}
         self._failed = 0  # records whose delivery failed
         self._first_error: BaseException | None = None
-        self._bulk_futures: list[tuple[asyncio.Future[SendManyResult], int]] = []
-        self._rows_pending = 0
-        self._rows_done: asyncio.Event | None = None
+        # calls not completed yet → their record counts; dropped when done, so the Arrow
+        # buffers a call reads from are freed as soon as its records are acknowledged
+        self._bulk_pending: dict[asyncio.Future[SendManyResult], int] = {}
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> TaskSummary:
         """Send every row; return once all are acknowledged, or raise ``KafkaSinkError``.
@@ -294,8 +289,6 @@ class TaskWriter:
         self._bytes += _payload_bytes(batch.column("value"))
         if "key" in columns:
             self._bytes += _payload_bytes(batch.column("key"))
-        if _needs_rows(batch, columns):
-            return [self._rows(batch)]
         plan: _Plan = []
         for topic, by_topic in self._by_topic(batch):
             if "partition" in columns:
@@ -319,91 +312,51 @@ class TaskWriter:
             yield topic, part
 
     def _bulk(self, topic: str, partition: int | None, batch: pa.RecordBatch) -> _Bulk:
-        columns = self._settings.columns
+        columns, n = self._settings.columns, batch.num_rows
         timestamp_ms: int | None = None
-        if "timestamp" in columns:  # constant here (_needs_rows checked), maybe all null
-            timestamp_ms = _timestamps_ms(batch.column("timestamp").slice(0, 1))[0]
+        timestamps_ms: tuple[Any, int] | None = None
+        if "timestamp" in columns:
+            timestamp_ms, timestamps_ms = _timestamps(batch.column("timestamp"))
         keys = None
         if "key" in columns:
             key_column = batch.column("key")
-            if key_column.null_count < batch.num_rows:
-                keys = _as_bytes_list(key_column)
-        return _Bulk(topic, partition, timestamp_ms, _as_bytes_list(batch.column("value")), keys)
-
-    def _rows(self, batch: pa.RecordBatch) -> _Rows:
-        columns, n = self._settings.columns, batch.num_rows
-        topic = self._settings.topic
-        if topic is None:
-            topic_column = batch.column("topic")
-            if topic_column.null_count:
-                raise KafkaSinkError("aiokprod sink: null topic in column 'topic' and no "
-                                     "'topic' option")
-            topics: list[str] = topic_column.to_pylist()
-        else:
-            topics = [topic] * n
+            if key_column.null_count < n:
+                keys = BinaryColumn.from_arrow(key_column)
         headers = None
         if "headers" in columns:
-            headers = [None if h is None else [(e["key"], e["value"]) for e in h]
-                       for h in batch.column("headers").to_pylist()]
-        return _Rows(
-            topics=topics,
-            values=_as_bytes_list(batch.column("value")),
-            keys=_as_bytes_list(batch.column("key")) if "key" in columns else None,
-            partitions=batch.column("partition").to_pylist() if "partition" in columns
-            else None,
-            timestamps_ms=_timestamps_ms(batch.column("timestamp")) if "timestamp" in columns
-            else None,
-            headers=headers)
+            header_column = batch.column("headers")
+            if header_column.null_count < n and pc.max(pc.list_value_length(header_column)).as_py():
+                headers = HeaderColumn.from_arrow(header_column)
+        return _Bulk(topic, partition, n, BinaryColumn.from_arrow(batch.column("value")), keys,
+                     timestamp_ms, timestamps_ms, headers)
 
     # -- sending (loop thread) ----------------------------------------------------------------
 
     async def _queue(self, plan: _Plan) -> None:
-        producer = self._producer
+        send_columns = self._producer.send_columns
         for item in plan:
-            if isinstance(item, _Bulk):
-                n = len(item.values)
-                future = await producer.send_many(item.topic, item.values, item.keys,
-                                                  partition=item.partition,
-                                                  timestamp_ms=item.timestamp_ms)
-                self._count(item.topic, n)
-                self._bulk_futures.append((future, n))
-                future.add_done_callback(self._bulk_done)
+            future = await send_columns(
+                item.topic, item.rows, item.values, item.keys, partition=item.partition,
+                timestamp_ms=item.timestamp_ms, timestamps_ms=item.timestamps_ms,
+                headers=item.headers)
+            self._count(item.topic, item.rows)
+            if future.done():
+                self._bulk_done(future, item.rows)
             else:
-                await self._queue_rows(item)
-
-    async def _queue_rows(self, rows: _Rows) -> None:
-        send = self._producer.send
-        keys, partitions, stamps, headers = rows.keys, rows.partitions, rows.timestamps_ms, \
-            rows.headers
-        for i, value in enumerate(rows.values):
-            future = await send(
-                rows.topics[i], value,
-                None if keys is None else keys[i],
-                None if partitions is None else partitions[i],
-                None if stamps is None else stamps[i],
-                None if headers is None else headers[i])
-            self._count(rows.topics[i], 1)
-            self._rows_pending += 1
-            future.add_done_callback(self._row_done)
+                self._bulk_pending[future] = item.rows
+                future.add_done_callback(self._bulk_done)
 
     def _count(self, topic: str, n: int) -> None:
         self._records += n
         self._topics[topic] = self._topics.get(topic, 0) + n
 
-    def _bulk_done(self, future: asyncio.Future[SendManyResult]) -> None:
+    def _bulk_done(self, future: asyncio.Future[SendManyResult], n: int | None = None) -> None:
+        if n is None:
+            n = self._bulk_pending.pop(future)
         if future.cancelled() or future.exception() is not None:
-            # send_many fails a call as a whole: all its records count as not written
-            n = next(n for f, n in self._bulk_futures if f is future)
+            # send_columns fails a call as a whole: all its records count as not written
             self._fail(n, future.exception() if not future.cancelled() else
-                       asyncio.CancelledError("send_many cancelled"))
-
-    def _row_done(self, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            self._fail(1, future.exception() if not future.cancelled() else
-                       asyncio.CancelledError("send cancelled"))
-        self._rows_pending -= 1
-        if self._rows_pending == 0 and self._rows_done is not None:
-            self._rows_done.set()
+                       asyncio.CancelledError("send_columns cancelled"))
 
     def _fail(self, n: int, error: BaseException | None) -> None:
         self._failed += n
@@ -413,32 +366,12 @@ class TaskWriter:
     async def _finish(self) -> None:
         await self._producer.flush()
         # flush() returns when every batch is done; the futures' callbacks may still be queued
-        if self._bulk_futures:
-            await asyncio.wait([f for f, _ in self._bulk_futures])
-        if self._rows_pending:
-            self._rows_done = asyncio.Event()
-            await self._rows_done.wait()
+        if self._bulk_pending:
+            await asyncio.wait(list(self._bulk_pending))
+            await asyncio.sleep(0)  # their done callbacks run on the next loop turn
 
 
 # -- Arrow helpers ----------------------------------------------------------------------------
-
-
-def _needs_rows(batch: pa.RecordBatch, columns: tuple[str, ...]) -> bool:
-    """True when records differ in what ``send_many`` sets per call (headers, timestamps)."""
-    if "headers" in columns:
-        headers = batch.column("headers")
-        if headers.null_count < batch.num_rows and \
-                pc.max(pc.list_value_length(headers)).as_py():
-            return True
-    if "timestamp" in columns:
-        stamps = batch.column("timestamp")
-        if 0 < stamps.null_count < batch.num_rows:
-            return True
-        if stamps.null_count == 0:
-            bounds = pc.min_max(stamps)
-            if bounds["min"] != bounds["max"]:
-                return True
-    return False
 
 
 def _groups(batch: pa.RecordBatch, column: str) -> Iterator[tuple[Any, pa.RecordBatch]]:
@@ -453,25 +386,17 @@ def _groups(batch: pa.RecordBatch, column: str) -> Iterator[tuple[Any, pa.Record
         yield scalar.as_py(), batch.filter(mask)
 
 
-def _as_bytes_list(column: pa.Array) -> list[bytes | None]:
-    """The column as a list of ``bytes`` (strings as their UTF-8 bytes, without re-encoding)."""
-    if pa.types.is_string(column.type):
-        column = column.view(pa.binary())
-    elif pa.types.is_large_string(column.type):
-        column = column.view(pa.large_binary())
-    elif pa.types.is_string_view(column.type):
-        column = column.cast(pa.binary())
-    result: list[bytes | None] = column.to_pylist()
-    return result
-
-
 def _payload_bytes(column: pa.Array) -> int:
     total = pc.sum(pc.binary_length(column)).as_py()
     return int(total or 0)
 
 
-def _timestamps_ms(column: pa.Array) -> list[int | None]:
-    """Arrow timestamps (Spark sends microseconds) as epoch milliseconds, nulls kept."""
+def _timestamps(column: pa.Array) -> tuple[int | None, tuple[Any, int] | None]:
+    """Arrow timestamps (Spark sends microseconds) as epoch milliseconds for ``send_columns``:
+    (one for every row, None) when they are all equal, (None, an int64 buffer) when they differ;
+    a null takes the current time, as ``send`` does for a record without a timestamp."""
+    if column.null_count == len(column):
+        return None, None
     unit = column.type.unit
     ticks = column.cast(pa.int64())
     divisor = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}[unit]
@@ -481,5 +406,15 @@ def _timestamps_ms(column: pa.Array) -> list[int | None]:
         millis = ticks
     else:
         millis = pc.divide(ticks, divisor)  # integer division: whole milliseconds
-    result: list[int | None] = millis.to_pylist()
-    return result
+    if column.null_count:
+        millis = pc.fill_null(millis, int(time.time() * 1000))
+    bounds = pc.min_max(millis)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low == high:
+        return low, None
+    if low < 0:
+        raise KafkaSinkError(f"aiokprod sink: timestamp column holds {low} ms, before 1970; "
+                             f"Kafka record timestamps are >= 0")
+    if millis.offset or millis.buffers()[1] is None:
+        millis = pa.concat_arrays([millis])  # own buffer, first row first
+    return None, (millis.buffers()[1], millis.offset)

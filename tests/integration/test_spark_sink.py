@@ -411,7 +411,12 @@ def test_options_and_schema_checks_without_spark() -> None:
     settings = settings_from({"kafka.bootstrap.servers": "h:1", "kafka.linger.ms": "7",
                               "topic": "t", "checkpointLocation": "/x",
                               "transactional": "false"}, schema)
-    assert settings.producer_config == (("bootstrap.servers", "h:1"), ("linger.ms", "7"))
+    # the sink's own batch.size default (64 KiB) unless kafka.batch.size is given
+    assert settings.producer_config == (("batch.size", "65536"), ("bootstrap.servers", "h:1"),
+                                        ("linger.ms", "7"))
+    assert dict(settings_from({"kafka.bootstrap.servers": "h:1", "kafka.batch.size": "100",
+                               "topic": "t"},
+                              schema).producer_config)["batch.size"] == "100"
     assert (settings.topic, settings.columns) == ("t", ("key", "value"))
     with pytest.raises(ValueError, match="'kafka.bootstrap.servers' is required"):
         settings_from({"topic": "t"}, schema)

@@ -1,0 +1,228 @@
+"""``Producer.send_columns``: ``send_many`` for records held in Arrow buffers.
+
+The same path as ``send_many`` from the accumulator on — the same batches, sequence numbers,
+idempotence and transactions, one future resolving to a ``SendManyResult``, memory from the
+buffer pool within ``max_block_ms`` — but the records never become Python objects: keys are
+hashed with murmur2 and grouped by partition in one C pass over the key column
+(``records.columnar.partition_rows``), and each run of rows is encoded from the buffers
+straight into the open batch (``ColumnarRows.append_to``). Per row, that is the C loop's cost
+only; ``send_many`` spends a Python ``bytes`` per key and value, a partitioner call per keyed
+record and a Python loop iteration per record on top. Rows may carry their own timestamps and
+headers, which ``send_many`` cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from array import array
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast, overload
+
+from aiokprod.errors import IllegalStateError, KafkaError, RecordTooLargeError
+from aiokprod.producer.bulk import BulkDelivery, SendManyResult
+from aiokprod.producer.record_metadata import RecordMetadata
+from aiokprod.producer.validation import validate_topic
+from aiokprod.records.columnar import BinaryColumn, ColumnarRows, HeaderColumn
+
+if TYPE_CHECKING:
+    from aiokprod.producer.producer import Producer
+
+__all__ = ["send_columns"]
+
+_RECORD_OVERHEAD = 21  # attributes and varints of one record at their widest
+
+
+class _Keys(Sequence[bytes | None]):
+    """Row keys for ``SendManyResult``'s sizes, read from the buffers when asked."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: ColumnarRows) -> None:
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes | None: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes | None]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes | None] | None:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self._rows.key(index)
+
+
+class _RowStampedResult(SendManyResult):
+    """A ``SendManyResult`` whose records carry their own create times."""
+
+    __slots__ = ()
+
+    @overload
+    def __getitem__(self, index: int) -> RecordMetadata: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RecordMetadata]: ...
+
+    def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        metadata = super().__getitem__(index)
+        if metadata.timestamp < 0:  # not the broker's log-append time: the row's own
+            rows = self._bulk.values
+            assert isinstance(rows, ColumnarRows)
+            metadata = metadata._replace(timestamp=rows.timestamp_of(index))
+        return metadata
+
+
+class _RowStampedDelivery(BulkDelivery):
+    """``BulkDelivery`` completing with ``_RowStampedResult`` (its ``timestamp`` is -1)."""
+
+    __slots__ = ()
+
+    def segment_done(self, position: int, count: int, partition: int, first_offset: int,
+                     append_time: int) -> None:
+        self.segments.append((position, count, partition, first_offset, append_time))
+        self.pending -= count
+        if self.pending == 0 and not self.future.done():
+            self.future.set_result(_RowStampedResult(self))
+
+
+async def send_columns(
+    producer: Producer,
+    topic: str,
+    length: int,
+    values: BinaryColumn,
+    keys: BinaryColumn | None = None,
+    *,
+    partition: int | None = None,
+    timestamp_ms: int | None = None,
+    timestamps_ms: tuple[Any, int] | None = None,
+    headers: HeaderColumn | None = None,
+) -> asyncio.Future[SendManyResult]:
+    """See ``Producer.send_columns``."""
+    acc, sender = producer._sending_parts()
+    pool, cluster, config = producer._pool, producer._cluster, producer._config
+    assert pool is not None and cluster is not None
+    if topic not in cluster.view.topics:
+        validate_topic(topic)
+    if producer._interceptors:
+        raise ValueError("send_columns() does not run interceptors; use send() per record "
+                         "with interceptors configured")
+    if timestamp_ms is not None and timestamps_ms is not None:
+        raise ValueError("give timestamp_ms (every row) or timestamps_ms (one per row), "
+                         "not both")
+    if length < 0:
+        raise ValueError(f"length {length} < 0")
+    stamp = producer._checked_timestamp(timestamp_ms)
+    rows = ColumnarRows(length, values, keys, timestamps_ms, headers, stamp)
+    if length and rows.max_row_bytes() + _RECORD_OVERHEAD > producer._max_record:
+        raise RecordTooLargeError(
+            f"send_columns: a record is {rows.max_row_bytes() + _RECORD_OVERHEAD} bytes when "
+            f"serialized, larger than {producer._max_record}, the smaller of "
+            f"max.request.size and buffer.memory")
+    future: asyncio.Future[SendManyResult] = asyncio.get_running_loop().create_future()
+    key_view = None if keys is None else _Keys(rows)
+    delivery = BulkDelivery if timestamps_ms is None else _RowStampedDelivery
+    if length == 0:
+        future.set_result(SendManyResult(delivery(future, topic, rows, key_view, stamp, None)))
+        return future
+    start = time.monotonic()
+    meta = cluster.view.topics.get(topic)
+    if meta is None or not meta.partition_ids:
+        meta = await producer._wait_for_topic(topic)
+    runs: list[tuple[int | None, int, int]]
+    if partition is not None:
+        if partition not in meta.partitions:
+            meta = await producer._wait_for_partition(topic, partition, start)
+        runs = [(partition, 0, length)]
+    elif keys is None or (config.partitioner_ignore_keys and config.partitioner is None):
+        runs = [(None, 0, length)]
+    elif config.partitioner is None:
+        # null keys go where the sticky partitioner says now, in input order among the keyed
+        # rows of that partition (send_many's order)
+        sticky = -1
+        if keys.validity is not None:
+            sticky = producer._partitioner.partition(topic, None, None, meta.partition_ids,
+                                                     meta.available_partitions)
+        runs = _runs(rows.group(len(meta.partition_ids), sticky))
+    else:  # a custom partitioner: asked per row, as send_many does
+        runs = _custom_runs(producer, topic, rows, meta.partition_ids,
+                            meta.available_partitions)
+    bulk = delivery(future, topic, rows, key_view, -1 if timestamps_ms is not None else stamp,
+                    # position → row; an int64 array reads like the list send_many keeps
+                    None if rows.order is None else cast("list[int]", rows.order))
+    queued = 0
+    partitioner = producer._partitioner
+    try:
+        for run_partition, run_start, run_stop in runs:
+            i = run_start
+            while i < run_stop:
+                p = run_partition if run_partition is not None else partitioner.partition(
+                    topic, None, None, meta.partition_ids, meta.available_partitions)
+                taken, added = acc.try_append_many(topic, p, stamp, rows, None, None, i,
+                                                   run_stop, bulk)
+                if not taken:
+                    size = acc.bulk_allocation_size(None, bytes(rows.record_size(i)), None)
+                    buffer = pool.try_allocate(size)
+                    if buffer is None:
+                        remaining = producer._max_block - (time.monotonic() - start) * 1000
+                        try:
+                            buffer = await pool.allocate(size, max(0.0, remaining))
+                        except IllegalStateError as exc:
+                            raise producer._stopped_error("memory") from exc
+                        if producer._closed or sender.fatal_error is not None:
+                            pool.deallocate(buffer, size)
+                            raise producer._stopped_error("memory")
+                    taken, added = acc.append_many_with_buffer(
+                        topic, p, rows.timestamp_of(rows.row(i)), rows, None, None, i,
+                        run_stop, bulk, buffer, size)
+                if run_partition is None:
+                    partitioner.on_append(topic, p, added)
+                i += taken
+                queued += taken
+    except BaseException as exc:
+        bulk.pending -= length - queued  # what was queued still completes; the call fails now
+        if isinstance(exc, KafkaError) and queued:
+            error = type(exc)(f"send_columns: {queued} of {length} records were queued (they "
+                              f"will still be delivered) before: {exc}")
+            bulk.fail(error)
+            raise error from exc
+        bulk.fail(exc)
+        raise
+    return future
+
+
+def _runs(counts: list[int]) -> list[tuple[int | None, int, int]]:
+    """Consecutive position ranges per partition; the last group (null keys, when they were
+    not given a partition) goes by the sticky partitioner."""
+    runs: list[tuple[int | None, int, int]] = []
+    pos = 0
+    last = len(counts) - 1
+    for p, count in enumerate(counts):
+        if count:
+            runs.append((None if p == last else p, pos, pos + count))
+            pos += count
+    return runs
+
+
+def _custom_runs(producer: Producer, topic: str, rows: ColumnarRows, ids: Sequence[int],
+                 available: Sequence[int]) -> list[tuple[int | None, int, int]]:
+    choose = producer._partitioner.partition
+    by_partition: dict[int, list[int]] = {}
+    for row in range(len(rows)):
+        by_partition.setdefault(choose(topic, rows.key(row), rows[row], ids, available),
+                                []).append(row)
+    order = array("q", [row for group in by_partition.values() for row in group])
+    rows.use_order(order)
+    runs: list[tuple[int | None, int, int]] = []
+    pos = 0
+    for p, group in by_partition.items():
+        runs.append((p, pos, pos + len(group)))
+        pos += len(group)
+    return runs
