@@ -132,7 +132,8 @@ class RecordAccumulator:
         self.guarantee_order = False
         self._muted: set[tuple[str, int]] = set()
         # partitions grouped by leader, valid for one ClusterView (views are replaced, not mutated)
-        self._nodes_cache: tuple[ClusterView, dict[int, list[_PartitionQueue]]] | None = None
+        self._nodes_cache: tuple[ClusterView, dict[int, list[tuple[_PartitionQueue, int]]]] \
+            | None = None
         # an idempotent producer's record of each partition's sequence order (the sender sets
         # IdempotenceManager.retry_order here): retries go back by their place in it, so the
         # order has one owner instead of being re-derived from sequence numbers
@@ -392,16 +393,19 @@ class RecordAccumulator:
                     continue
                 if self._muted and (topic, partition) in self._muted:
                     continue  # its batch on the wire must be answered first
-                leader = meta.leader(partition) if meta is not None else -1
-                if leader < 0:
+                pm = meta.partitions.get(partition) if meta is not None else None
+                if pm is None or pm.leader < 0:
                     result.unknown_leader_topics.add(topic)
                     continue
+                leader = pm.leader
                 if leader in result.ready_nodes:
                     continue
                 first = batches[0]
                 if first.attempts > 0:
                     wait_until = first.retry_at
-                    if now < wait_until:
+                    # backing off, unless its partition has a new leader since (Java's
+                    # hasLeaderChangedForTheOngoingRetry): the error was the old leader's
+                    if now < wait_until and not pm.leader_epoch > first.leader_epoch:
                         result.next_ready_delay = min(result.next_ready_delay, wait_until - now)
                         continue
                     result.ready_nodes.add(leader)
@@ -439,12 +443,13 @@ class RecordAccumulator:
             size = 0
             n = len(queues)
             for i in range(n):
-                queue = queues[(start + i) % n]
+                queue, leader_epoch = queues[(start + i) % n]
                 if not queue.batches:
                     continue
                 first = queue.batches[0]
-                if first.attempts > 0 and now < first.retry_at:
-                    continue
+                if first.attempts > 0 and now < first.retry_at and \
+                        not leader_epoch > first.leader_epoch:
+                    continue  # backing off, unless its partition has a new leader since
                 batch_size = first.size_in_bytes
                 if taken and size + batch_size > max_request_size:
                     # D1: stop here; the rest goes in the next request
@@ -459,6 +464,7 @@ class RecordAccumulator:
                 on_drain(first)
                 first.seal()
                 first.drained_at = now
+                first.leader_epoch = leader_epoch
                 taken.append(first)
                 size += first.size_in_bytes
             else:
@@ -467,19 +473,21 @@ class RecordAccumulator:
                 result[node] = taken
         return result
 
-    def _partitions_by_node(self, view: ClusterView) -> dict[int, list[_PartitionQueue]]:
+    def _partitions_by_node(self, view: ClusterView
+                            ) -> dict[int, list[tuple[_PartitionQueue, int]]]:
+        """Each node's partitions with their leader epoch in ``view``."""
         cached = self._nodes_cache
         if cached is not None and cached[0] is view:
             return cached[1]
-        by_node: dict[int, list[_PartitionQueue]] = {}
+        by_node: dict[int, list[tuple[_PartitionQueue, int]]] = {}
         for topic, parts in self._queues.items():
             meta = view.topics.get(topic)
             if meta is None:
                 continue
             for partition, queue in sorted(parts.items()):
-                leader = meta.leader(partition)
-                if leader >= 0:
-                    by_node.setdefault(leader, []).append(queue)
+                pm = meta.partitions.get(partition)
+                if pm is not None and pm.leader >= 0:
+                    by_node.setdefault(pm.leader, []).append((queue, pm.leader_epoch))
         self._nodes_cache = (view, by_node)
         return by_node
 
@@ -500,6 +508,21 @@ class RecordAccumulator:
         batch.in_retry = True
         batch.last_attempt_at = now
         batch.retry_at = now + self._retry_backoff(batch.attempts - 1) / 1000
+        self._put_back(batch)
+
+    def requeue_split(self, batches: Sequence[ProducerBatch]) -> None:
+        """Queue the batches a split made, in the refused batch's place, as never tried.
+
+        The broker refused the batch for its size, not for anything a wait would change, so
+        its parts go out without the retry backoff and with ``attempts`` 0, as new batches
+        (the Java client's splitAndReenqueue): no attempt was used up and, being first
+        attempts, they count in the per-batch metrics.
+        """
+        for batch in reversed(batches):
+            self._put_back(batch)
+
+    def _put_back(self, batch: ProducerBatch) -> None:
+        """Queue a drained batch again, in sequence order among the partition's batches."""
         queue = self._queue(batch.topic, batch.partition)
         batches = queue.batches
         if batch.base_sequence < 0:

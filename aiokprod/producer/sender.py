@@ -501,14 +501,16 @@ class Sender:
             for batch in batches:
                 records += batch.record_count
                 size += batch.size_in_bytes
-                if batch.attempts == 0:
-                    metrics.record_batch_sent(
-                        batch.topic, record_count=batch.record_count,
-                        size_bytes=batch.size_in_bytes,
-                        compression_ratio=batch.builder.observed_ratio or 1.0,
-                        # per batch, not per record: the largest record the batch holds
-                        max_record_bytes=batch.builder.max_record_size,
-                        queue_time_ms=(now - batch.created_at) * 1000, now=now)
+                # every batch a request carries, first attempt, split part or retry alike
+                # (Java's per-request metrics update): batch-size, record-size and
+                # records-per-request describe what went on the wire
+                metrics.record_batch_sent(
+                    batch.topic, record_count=batch.record_count,
+                    size_bytes=batch.size_in_bytes,
+                    compression_ratio=batch.builder.observed_ratio or 1.0,
+                    # per batch, not per record: the largest record the batch holds
+                    max_record_bytes=batch.builder.max_record_size,
+                    queue_time_ms=(now - batch.created_at) * 1000, now=now)
             metrics.record_request(node, record_count=records, size_bytes=size, now=now)
         future.add_done_callback(lambda f: self._on_produce_done(node, by_tp, names, f, now))
 
@@ -723,8 +725,7 @@ class Sender:
         new_batches = self._acc.split(batch, now)
         if self._idem is not None:
             self._idem.on_split(batch, new_batches)
-        for new in reversed(new_batches):
-            self._acc.reenqueue(new, now, front=True)
+        self._acc.requeue_split(new_batches)
         if self._metrics is not None:
             self._metrics.batch_split.record(1)
         log.info("[client %s] %s-%d: broker refused a %d-record batch as too large; split into "

@@ -257,3 +257,49 @@ async def test_a_queued_batch_expiring_does_not_unmute_a_partition_with_a_batch_
         # A's request is open until request.timeout.ms (t=2.9)
         assert p._acc.statistics().muted_partitions == 1, (
             "B's expiry unmuted the partition while A is still on the wire")
+
+
+# ---- MESSAGE_TOO_LARGE split -----------------------------------------------------------------
+
+
+async def test_split_parts_go_without_backoff_and_count_in_the_batch_metrics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch refused as too large is split; its parts are queued as never tried (no retry
+    backoff, Java's splitAndReenqueue) and, like every batch a request carries, counted in
+    batch-size and record-size (before: they waited retry.backoff.ms and were not counted)."""
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    refused = 0
+
+    def refuse_the_big_one(req: Any) -> Any:
+        nonlocal refused
+        response = produce_ok(req)
+        records = sum(len(bytes(p.records or b"")) for t in req.body.topic_data
+                      for p in t.partition_data)
+        if records > 2000 and not refused:
+            refused += 1
+            for t in response.responses:
+                for p in t.partition_responses:
+                    p.error_code, p.base_offset = 10, -1  # MESSAGE_TOO_LARGE
+        return response
+
+    node.produce = refuse_the_big_one
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=200,
+                                 batch_size=16 * 1024, retry_backoff_ms=3000,
+                                 retry_backoff_max_ms=3000) as p:
+        await p.send_and_wait("t", b"warm-up")
+        futures = [await p.send("t", b"r" * 500) for _ in range(8)]  # ~4 KB: one batch
+        start = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*futures), 10)
+        elapsed = time.monotonic() - start
+        metrics = p.metrics()
+    assert refused == 1
+    assert metrics["producer-metrics:batch-split-total"] == 1
+    assert elapsed < 1.5, elapsed  # linger 0.2 s, not the 3 s retry backoff
+    # record-size is per batch, its largest record: the warm-up's (7 bytes), the refused
+    # batch's and each part's (500). Counting the parts averages at least (7 + 3 * 500) / 4;
+    # without them it was (7 + 500) / 2
+    assert metrics["producer-metrics:record-size-avg"] > 350, metrics[
+        "producer-metrics:record-size-avg"]
+    assert metrics["producer-metrics:batch-size-max"] > 4000
