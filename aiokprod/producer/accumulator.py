@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING
 from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import ClusterView
 from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
+from aiokprod.producer.partition import PartitionProducer, Partitions
 from aiokprod.producer.sequences import insert_in_sequence_order
 from aiokprod.records import (
     CompressionRatioEstimator,
@@ -78,17 +78,6 @@ class AccumulatorStatistics:
     muted_partitions: int = 0
 
 
-class _PartitionQueue:
-    """The batches of one partition, oldest first."""
-
-    __slots__ = ("batches", "partition", "topic")
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.batches: deque[ProducerBatch] = deque()
-
-
 class RecordAccumulator:
     def __init__(
         self,
@@ -103,6 +92,7 @@ class RecordAccumulator:
         retry_backoff: Callable[[int], float] | None = None,
         on_wakeup: Callable[[], None] = lambda: None,
         clock: Callable[[], float],
+        partitions: Partitions | None = None,
     ) -> None:
         self._pool = pool
         self.batch_size = batch_size
@@ -120,20 +110,24 @@ class RecordAccumulator:
         self._wakeup = on_wakeup
         self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._queues: dict[str, dict[int, _PartitionQueue]] = {}
+        # the producer's partitions, shared with idempotence (their sequences): each holds
+        # its queue of batches. by_topic is read directly on the append path.
+        self._partitions = partitions if partitions is not None else Partitions()
+        self._queues = self._partitions.by_topic
         self._incomplete: set[ProducerBatch] = set()  # created, not yet completed or failed
         self._flushes = 0  # flush() calls in progress: everything is sendable meanwhile
         self._closed = False  # close(): everything is sendable, no new appends
         self._drain_index: dict[int, int] = {}  # node → rotation start for fairness
         self._queued_records = 0  # incrementally kept for statistics()
         # max.in.flight.requests.per.connection=1 promises order without idempotence: a
-        # partition with a batch on the wire is muted — neither ready nor drained — so a later
-        # batch cannot overtake it through a new leader (Java's guaranteeMessageOrder)
+        # partition with a batch on the wire (PartitionProducer.wire_requests > 0) is muted --
+        # neither ready nor drained -- so a later batch cannot overtake it through a new
+        # leader (Java's guaranteeMessageOrder)
         self.guarantee_order = False
-        self._muted: set[tuple[str, int]] = set()
         # partitions grouped by leader, valid for one ClusterView (views are replaced, not mutated)
-        self._nodes_cache: tuple[ClusterView, dict[int, list[tuple[_PartitionQueue, int]]]] \
-            | None = None
+        # (view, partitions created, by leader): views are replaced, not mutated
+        self._nodes_cache: tuple[ClusterView, int,
+                                 dict[int, list[tuple[PartitionProducer, int]]]] | None = None
         # an idempotent producer's record of each partition's sequence order (the sender sets
         # IdempotenceManager.retry_order here): retries go back by their place in it, so the
         # order has one owner instead of being re-derived from sequence numbers
@@ -318,7 +312,7 @@ class RecordAccumulator:
 
     def _new_batch(
         self,
-        queue: _PartitionQueue,
+        queue: PartitionProducer,
         buffer: bytearray,
         size: int,
         timestamp: int,
@@ -334,7 +328,7 @@ class RecordAccumulator:
         self._enqueue_new(queue, batch, appended=appended)
         self._queued_records += 1
 
-    def _open_batch(self, queue: _PartitionQueue, buffer: bytearray, size: int,
+    def _open_batch(self, queue: PartitionProducer, buffer: bytearray, size: int,
                     record_bytes: int, timestamp: int) -> ProducerBatch:
         """A new batch charged ``size`` bytes, of which ``record_bytes`` are for records, for
         a first record stamped ``timestamp``."""
@@ -345,7 +339,7 @@ class RecordAccumulator:
         return ProducerBatch(queue.topic, queue.partition, buffer, size, builder, self._clock(),
                              timestamp)
 
-    def _enqueue_new(self, queue: _PartitionQueue, batch: ProducerBatch, *, appended: bool
+    def _enqueue_new(self, queue: PartitionProducer, batch: ProducerBatch, *, appended: bool
                      ) -> None:
         if not appended:
             # cannot happen for an empty batch sized for the record; fail loudly, lose nothing
@@ -356,15 +350,8 @@ class RecordAccumulator:
         self._incomplete.add(batch)
         self._wakeup()
 
-    def _queue(self, topic: str, partition: int) -> _PartitionQueue:
-        parts = self._queues.get(topic)
-        if parts is None:
-            parts = self._queues[topic] = {}
-        queue = parts.get(partition)
-        if queue is None:
-            queue = parts[partition] = _PartitionQueue(topic, partition)
-            self._nodes_cache = None
-        return queue
+    def _queue(self, topic: str, partition: int) -> PartitionProducer:
+        return self._partitions.get(topic, partition)
 
     def queued_batches(self, topic: str, partition: int) -> list[ProducerBatch]:
         """The partition's queued batches, head first (for tests and diagnostics)."""
@@ -391,8 +378,8 @@ class RecordAccumulator:
                 batches = queue.batches
                 if not batches:
                     continue
-                if self._muted and (topic, partition) in self._muted:
-                    continue  # its batch on the wire must be answered first
+                if queue.wire_requests and self.guarantee_order:
+                    continue  # muted: its batch on the wire must be answered first (D5)
                 pm = meta.partitions.get(partition) if meta is not None else None
                 if pm is None or pm.leader < 0:
                     result.unknown_leader_topics.add(topic)
@@ -455,8 +442,8 @@ class RecordAccumulator:
                     # D1: stop here; the rest goes in the next request
                     self._drain_index[node] = (start + i) % n
                     break
-                if self._muted and (queue.topic, queue.partition) in self._muted:
-                    continue
+                if queue.wire_requests and self.guarantee_order:
+                    continue  # muted (D5)
                 if not can_send(first):
                     continue
                 queue.batches.popleft()
@@ -474,12 +461,13 @@ class RecordAccumulator:
         return result
 
     def _partitions_by_node(self, view: ClusterView
-                            ) -> dict[int, list[tuple[_PartitionQueue, int]]]:
+                            ) -> dict[int, list[tuple[PartitionProducer, int]]]:
         """Each node's partitions with their leader epoch in ``view``."""
         cached = self._nodes_cache
-        if cached is not None and cached[0] is view:
-            return cached[1]
-        by_node: dict[int, list[tuple[_PartitionQueue, int]]] = {}
+        created = self._partitions.created
+        if cached is not None and cached[0] is view and cached[1] == created:
+            return cached[2]
+        by_node: dict[int, list[tuple[PartitionProducer, int]]] = {}
         for topic, parts in self._queues.items():
             meta = view.topics.get(topic)
             if meta is None:
@@ -488,7 +476,7 @@ class RecordAccumulator:
                 pm = meta.partitions.get(partition)
                 if pm is not None and pm.leader >= 0:
                     by_node.setdefault(pm.leader, []).append((queue, pm.leader_epoch))
-        self._nodes_cache = (view, by_node)
+        self._nodes_cache = (view, created, by_node)
         return by_node
 
     def reenqueue(self, batch: ProducerBatch, now: float, *, front: bool = False) -> None:
@@ -690,14 +678,9 @@ class RecordAccumulator:
     def incomplete_batches(self) -> list[ProducerBatch]:
         return list(self._incomplete)
 
-    def mute(self, topic: str, partition: int) -> None:
-        """A batch of the partition went on the wire (only with ``guarantee_order``)."""
-        self._muted.add((topic, partition))
-
-    def unmute(self, topic: str, partition: int) -> None:
-        """The partition's batch on the wire was answered (or failed): it may send again."""
-        if self._muted:
-            self._muted.discard((topic, partition))
+    def partition(self, topic: str, partition: int) -> PartitionProducer:
+        """The partition's object (created on first use)."""
+        return self._partitions.get(topic, partition)
 
     def topic_in_use(self, topic: str) -> bool:
         """Records of ``topic`` are queued: its metadata must not expire (the sender still
@@ -708,10 +691,14 @@ class RecordAccumulator:
     def forget_topic(self, topic: str) -> bool:
         """Drop the topic's (empty) queues after it expired from metadata; False, keeping
         them, if any batch is still queued."""
-        if self.topic_in_use(topic):
-            return False
-        if self._queues.pop(topic, None) is not None:
-            self._nodes_cache = None
+        parts = self._queues.get(topic)
+        if parts is None:
+            return True
+        if any(p.batches or p.wire_requests or p.in_flight or p.unresolved or p.next_sequence
+               for p in parts.values()):
+            return False  # queued, on the wire, or sequences idempotence decides about
+        for partition in list(parts):
+            self._partitions.drop(topic, partition)
         return True
 
     def statistics(self) -> AccumulatorStatistics:
@@ -723,7 +710,8 @@ class RecordAccumulator:
             incomplete_batches=len(self._incomplete),
             flushes_in_progress=self._flushes,
             closed=self._closed,
-            muted_partitions=len(self._muted),
+            muted_partitions=sum(1 for p in self._partitions if p.wire_requests)
+            if self.guarantee_order else 0,
         )
 
     def __repr__(self) -> str:

@@ -45,6 +45,7 @@ class ProducerBatch:
         "in_retry",
         "last_attempt_at",
         "leader_epoch",
+        "on_wire",
         "partition",
         "producer_epoch",
         "producer_id",
@@ -99,6 +100,8 @@ class ProducerBatch:
         # whose partition has a newer leader since goes at once, without the retry backoff:
         # the error was most likely the old leader's (Java's hasLeaderChangedForTheOngoingRetry)
         self.leader_epoch = -1
+        # in a request not answered yet (counted in its PartitionProducer.wire_requests)
+        self.on_wire = False
         self.in_retry = False  # re-enqueued after an error
         self.producer_id = -1  # idempotence: stamped at drain
         self.producer_epoch = -1

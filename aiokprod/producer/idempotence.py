@@ -5,7 +5,7 @@ The sender performs I/O and reports what happened; this module decides. Two laye
 * the producer id: :class:`ProducerIdState` and :data:`TRANSITIONS`, a table from
   (state, event) to the next state, each naming the rule it implements. An event
   the table does not list raises :class:`~aiokprod.errors.IllegalStateError`;
-* per partition (``sequences.PartitionSequenceState``): sequences, in-flight and unresolved
+* per partition (``sequences.PartitionProducer``): sequences, in-flight and unresolved
   batches, the KIP-1269 in-flight window, following the sending steps of docs/idempotence.md.
 
 Epoch bumps. An idempotent (non-transactional) producer may bump its epoch *itself*: it
@@ -35,6 +35,7 @@ from typing import cast
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError, error_for_code
+from aiokprod.producer.partition import PartitionProducer, Partitions
 from aiokprod.producer.retry_policy import Action, RetryDecision, classify
 from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
@@ -43,7 +44,6 @@ from aiokprod.producer.sequences import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     InFlightEntry,
-    PartitionSequenceState,
     SequencedBatch,
     TopicPartitionLike,
     UnresolvedRange,
@@ -204,6 +204,7 @@ class IdempotenceManager:
         retries: int = 2**31 - 1,
         backoff: ExponentialBackoff | None = None,
         client_id: str = "",
+        partitions: Partitions | None = None,
     ) -> None:
         self._clock = clock
         self._transactional = transactional  # INVALID_PRODUCER_EPOCH is then fatal
@@ -224,7 +225,8 @@ class IdempotenceManager:
         self._last_pair: tuple[int, int] | None = None
         self._broker_state_losses = 0
         self._fatal_error: BaseException | None = None
-        self._partitions: dict[_TP, PartitionSequenceState] = {}
+        # the producer's partitions, shared with the accumulator (which queues their batches)
+        self._partitions = partitions if partitions is not None else Partitions()
         self._with_unresolved: set[_TP] = set()  # step 1 visits only these
         self._in_flight_total = 0
         # batches failed by delivery.timeout.ms while their request was still unanswered: the
@@ -260,27 +262,28 @@ class IdempotenceManager:
         return self._producer_epoch
 
     @property
+    def backoff(self) -> ExponentialBackoff | None:
+        """retry.backoff.ms / retry.backoff.max.ms, for InitProducerId retries too."""
+        return self._backoff
+
+    @property
     def fatal_error(self) -> BaseException | None:
         """Why the producer stopped (FATAL), else None."""
         return self._fatal_error
 
-    def partition_state(self, tp: TopicPartitionLike) -> PartitionSequenceState:
+    def partition_state(self, tp: TopicPartitionLike) -> PartitionProducer:
         """The partition's bookkeeping, created on first use."""
-        key = (tp.topic, tp.partition)
-        state = self._partitions.get(key)
-        if state is None:
-            state = self._partitions[key] = PartitionSequenceState(tp.topic, tp.partition)
-        return state
+        return self._partitions.get(tp.topic, tp.partition)
 
     def retry_order(self, batch: SequencedBatch) -> list[SequencedBatch]:
         """The batches of ``batch``'s partition that hold a sequence, in sequence order.
 
-        ``PartitionSequenceState.in_flight`` is the one record of a partition's sequence order
+        ``PartitionProducer.in_flight`` is the one record of a partition's sequence order
         (new batches are appended as they are numbered, a split takes its batch's place, a
         reset renumbers in place), so the accumulator puts a retry back by its place in this
         list instead of comparing sequence numbers itself.
         """
-        p = self._partitions.get((batch.topic, batch.partition))
+        p = self._partitions.find(batch.topic, batch.partition)
         return [] if p is None else [entry.batch for entry in p.in_flight]
 
     def forget_topic(self, topic: str) -> int:
@@ -291,15 +294,15 @@ class IdempotenceManager:
         answer OUT_OF_ORDER_SEQUENCE_NUMBER. What is dropped is the state of partitions never
         written, or written under an id/epoch since replaced. Returns how many were dropped.
         """
-        drop = [key for key, p in self._partitions.items()
-                if key[0] == topic and not p.in_flight and not p.unresolved
-                and (p.next_sequence == 0 or self._is_stale(p))]
-        for key in drop:
-            del self._partitions[key]
-            self._with_unresolved.discard(key)
+        drop = [p for p in self._partitions.by_topic.get(topic, {}).values()
+                if not p.batches and not p.wire_requests and not p.in_flight
+                and not p.unresolved and (p.next_sequence == 0 or self._is_stale(p))]
+        for p in drop:
+            self._partitions.drop(p.topic, p.partition)
+            self._with_unresolved.discard((p.topic, p.partition))
         return len(drop)
 
-    def _is_stale(self, p: PartitionSequenceState) -> bool:
+    def _is_stale(self, p: PartitionProducer) -> bool:
         """``p``'s sequences belong to an earlier producer id/epoch assignment."""
         return p.is_stale(self._producer_id, self._producer_epoch, self._generation)
 
@@ -343,7 +346,7 @@ class IdempotenceManager:
 
     def _any_on_wire(self) -> bool:
         return bool(self._expired_on_wire) or any(
-            p.on_wire_count for p in self._partitions.values())
+            p.on_wire_count for p in self._partitions)
 
     def init_producer_id_params(self) -> tuple[int, int]:
         """(producer id, epoch) for the InitProducerId the sender is about to send.
@@ -395,7 +398,7 @@ class IdempotenceManager:
             # 0 as soon as none is on the wire, instead of finishing them under sequences the
             # broker would answer OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
             self._broker_state_losses += 1
-            for p in self._partitions.values():
+            for p in self._partitions:
                 p.reset_requested = True
                 p.leader_holds_state = False
                 for entry in p.in_flight:
@@ -436,7 +439,7 @@ class IdempotenceManager:
         self._producer_id = NO_PRODUCER_ID
         self._producer_epoch = NO_PRODUCER_EPOCH
 
-    def _request_reset(self, p: PartitionSequenceState, why: str) -> None:
+    def _request_reset(self, p: PartitionProducer, why: str) -> None:
         """Ask for bump epoch & reset SEQ for ``p`` (docs/idempotence.md, "bump and reset")."""
         if self._state is ProducerIdState.FATAL:
             return  # nothing is sent any more; no bump can matter
@@ -453,7 +456,7 @@ class IdempotenceManager:
         """Start of a send cycle: step 1 for every unresolved partition, then a pending local
         bump. ``can_send`` runs it, so calling it is optional; it is cheap and idempotent."""
         for key in list(self._with_unresolved):
-            self.check_unresolved(self._partitions[key])
+            self.check_unresolved(self._partitions.get(*key))
         if self._state is ProducerIdState.BUMP_REQUIRED and not self._bump_via_broker:
             if self._producer_epoch >= MAX_PRODUCER_EPOCH:
                 self._forget_producer_id(Event.EPOCH_EXHAUSTED)
@@ -509,7 +512,7 @@ class IdempotenceManager:
             return self._retry_allowed(p, self._held_entry(p, batch))
         return self._new_batch_allowed(p, now)
 
-    def _doom_unrenumberable(self, p: PartitionSequenceState) -> None:
+    def _doom_unrenumberable(self, p: PartitionProducer) -> None:
         """Before a partition renumbers its held batches (step 3), a batch that may already be
         written under its current numbering must not be renumbered: under a new producer id or
         epoch the broker cannot recognise it, and would write it a second time. It fails
@@ -537,7 +540,7 @@ class IdempotenceManager:
                "a later batch of this partition may already be written, and these would "
                "follow it out of order")))
 
-    def _held_entry(self, p: PartitionSequenceState, batch: SequencedBatch) -> InFlightEntry:
+    def _held_entry(self, p: PartitionProducer, batch: SequencedBatch) -> InFlightEntry:
         entry = p.entry_for(batch)
         if entry is None:
             raise IllegalStateError(
@@ -549,7 +552,7 @@ class IdempotenceManager:
                 f"on the wire; report its outcome (or on_not_sent) before sending it again")
         return entry
 
-    def _new_batch_allowed(self, p: PartitionSequenceState, now: float) -> bool:
+    def _new_batch_allowed(self, p: PartitionProducer, now: float) -> bool:
         if p.unresolved:
             return False  # step 2a
         if p.in_flight:
@@ -563,7 +566,7 @@ class IdempotenceManager:
             return False  # step 2b: old-epoch batches still in flight
         return len(p.in_flight) < p.in_flight_limit  # KIP-1269
 
-    def _retry_allowed(self, p: PartitionSequenceState, entry: InFlightEntry) -> bool:
+    def _retry_allowed(self, p: PartitionProducer, entry: InFlightEntry) -> bool:
         # step 2c: while retrying, one batch in flight, and only the first in sequence
         return p.on_wire_count == 0 and p.first_in_flight() is entry
 
@@ -596,7 +599,7 @@ class IdempotenceManager:
         p.add(InFlightEntry(batch, on_wire=True, generation=p.generation))
         self._in_flight_total += 1
 
-    def _maybe_restart(self, p: PartitionSequenceState) -> None:
+    def _maybe_restart(self, p: PartitionProducer) -> None:
         """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
 
         It asked for the reset: its held batches are renumbered (nothing is on the wire, which
@@ -657,7 +660,7 @@ class IdempotenceManager:
         if p.unresolved:
             self.check_unresolved(p)
 
-    def _doom_overtaken(self, p: PartitionSequenceState, written: SequencedBatch,
+    def _doom_overtaken(self, p: PartitionProducer, written: SequencedBatch,
                         earlier: list[InFlightEntry]) -> None:
         """A later sequence was written while earlier held batches certainly were not (refused,
         or never sent): the broker had no state for us and took a gap. Those batches can no
@@ -679,7 +682,7 @@ class IdempotenceManager:
             f"partition (sequence {written.base_sequence}) first, so writing these now would "
             f"put them out of order"))
 
-    def _doom(self, p: PartitionSequenceState, entries: list[InFlightEntry],
+    def _doom(self, p: PartitionProducer, entries: list[InFlightEntry],
               error: Callable[[InFlightEntry], BaseException]) -> None:
         for entry in entries:
             p.remove(entry)
@@ -714,7 +717,7 @@ class IdempotenceManager:
         return entry is None or entry.possibly_written
 
     @staticmethod
-    def _speaks_of_current_numbering(p: PartitionSequenceState, entry: InFlightEntry | None,
+    def _speaks_of_current_numbering(p: PartitionProducer, entry: InFlightEntry | None,
                                      batch: SequencedBatch) -> bool:
         """An answer for ``batch`` tells us about ``p``'s current sequences.
 
@@ -792,7 +795,7 @@ class IdempotenceManager:
         self._request_reset(p, f"{code.name} failed sequence {batch.base_sequence}, {why}")
         return replace(decision, reset_sequences=True)
 
-    def _needs_reset_before_retry(self, p: PartitionSequenceState, entry: InFlightEntry,
+    def _needs_reset_before_retry(self, p: PartitionProducer, entry: InFlightEntry,
                                   code: ErrorCode) -> bool:
         """docs/idempotence.md step 8b, for UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER.
 
@@ -819,7 +822,7 @@ class IdempotenceManager:
         # acknowledgement alone, which after a broker restart or an expiry says nothing.
         return p.first_in_flight() is entry
 
-    def _forget(self, p: PartitionSequenceState, entry: InFlightEntry | None) -> None:
+    def _forget(self, p: PartitionProducer, entry: InFlightEntry | None) -> None:
         if entry is not None:
             p.remove(entry)
             self._in_flight_total -= 1
@@ -877,7 +880,7 @@ class IdempotenceManager:
         delivery.timeout.ms: its request no longer travels (a success goes to ``on_success``)."""
         self._expired_on_wire.discard(batch)
 
-    def _add_unresolved(self, p: PartitionSequenceState, entry: InFlightEntry) -> None:
+    def _add_unresolved(self, p: PartitionProducer, entry: InFlightEntry) -> None:
         batch = entry.batch
         p.unresolved.append(UnresolvedRange(
             batch.base_sequence, last_sequence(batch.base_sequence, batch.record_count),

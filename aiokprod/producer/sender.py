@@ -36,8 +36,9 @@ from aiokprod.network.metadata import BrokerNode, TopicPartition
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.producer_id import InitOutcome, ProducerIdRequester
 from aiokprod.producer.retry_policy import classify
-from aiokprod.protocol import InitProducerIdRequest, ProduceRequest, ProduceResponse
+from aiokprod.protocol import ProduceRequest, ProduceResponse
 
 if TYPE_CHECKING:
     from aiokprod.producer.transaction_manager import TransactionManager
@@ -167,11 +168,9 @@ class Sender:
         self._clock = clock
         self._waker = _Waker()
         self._in_flight_requests: dict[int, int] = {}  # node → produce requests awaiting answers
-        self._in_flight: set[ProducerBatch] = set()  # batches sent and not answered
-        # with guarantee_order: the batches whose request keeps their partition muted. Not
-        # _in_flight: a batch that expired on the wire leaves that, but still mutes its
-        # partition until its answer or the connection's end (docs/batching.md D5)
-        self._muting: set[ProducerBatch] = set()
+        # batches sent and not answered, nor failed by delivery.timeout.ms meanwhile (one
+        # that was still counts in its partition's wire_requests until its answer comes)
+        self._in_flight: set[ProducerBatch] = set()
         self._task: asyncio.Task[None] | None = None
         self._init_task: asyncio.Task[None] | None = None
         self._closing = False  # deliver what is queued, then stop
@@ -343,7 +342,9 @@ class Sender:
                                           f"aiokprod-init-pid[{self._client}]")
 
     async def _init_producer_id(self) -> None:
-        """InitProducerId, trying versions until one works (Tansu rejects v0), with backoff.
+        """InitProducerId until the manager holds an id, by ``ProducerIdRequester``'s rules
+        (the transactional producer's path too): versions, the fresh-id fallback, the
+        configured backoff.
 
         Bounded: attempts continue only while records wait; each is bounded by
         request_timeout_ms, and the records themselves by delivery_timeout_ms.
@@ -351,53 +352,30 @@ class Sender:
         idem = self._idem
         if idem is None:
             return
-        attempt = 0
-        failed_versions: set[int] = set()
+        requester = ProducerIdRequester(idem, transactional_id=None,
+                                        transaction_timeout_ms=self._transaction_timeout_ms,
+                                        client_id=self._client)
         while idem.needs_producer_id() and not self.fatal_error:
             try:
                 conn = await self._cluster.any_connection()
-                pid, epoch = idem.init_producer_id_params()
-                top = conn.version_for(InitProducerIdRequest)
-                lo = max(InitProducerIdRequest.MIN_VERSION,
-                         conn.broker_versions[InitProducerIdRequest.API_KEY][0])
-                candidates = [v for v in range(top, lo - 1, -1) if v not in failed_versions]
-                if pid >= 0:
-                    bump_ok = [v for v in candidates if v >= 3]  # KIP-360 arrived in v3
-                    if not bump_ok:
-                        idem.on_bump_unsupported()
-                        continue
-                    candidates = bump_ok
-                if not candidates:
-                    failed_versions.clear()
-                    raise KafkaConnectionError("no InitProducerId version worked; retrying")
-                version = candidates[0]
-                request = InitProducerIdRequest(
-                    transactional_id=None, transaction_timeout_ms=self._transaction_timeout_ms,
-                    producer_id=pid, producer_epoch=epoch)
+                requester.take_params()
+                request, version = requester.build(conn)
                 response = await conn.request(request, version=version)
-                code = response.error_code
-                if code == _NONE:
-                    idem.on_producer_id(response.producer_id, response.producer_epoch)
-                    log.info("[client %s] producer id %d epoch %d (InitProducerId v%d)",
-                             self._client, response.producer_id, response.producer_epoch, version)
+                code = ErrorCode.of(response.error_code)
+                outcome = requester.on_answer(code, response, version)
+                if outcome is InitOutcome.DONE:
                     self.wakeup()
                     return
+                if outcome is InitOutcome.AGAIN:
+                    continue
                 err = error_for_code(code)
-                if pid >= 0 and not err.retriable:
-                    # the broker refused the KIP-360 bump (Tansu answers UNKNOWN_SERVER_ERROR):
-                    # fall back to a fresh producer id, which resets every sequence
-                    log.info("[client %s] epoch bump refused (%s); asking for a new producer "
-                             "id", self._client, err.__name__)
-                    idem.on_bump_unsupported()
-                    continue
-                if not err.retriable and len(candidates) > 1:
-                    # a broker that fails one version may serve another (Tansu answers
-                    # UNKNOWN_SERVER_ERROR to v0-v2): try the next one down before giving up
-                    log.info("[client %s] InitProducerId v%d failed (%s); trying v%d",
-                             self._client, version, err.__name__, candidates[1])
-                    failed_versions.add(version)
-                    continue
-                raise err(f"InitProducerId v{version}: {err.message}")
+                if outcome is InitOutcome.FAIL:
+                    exc = err(f"InitProducerId v{version}: {err.message}")
+                    idem.fail_fatally(exc)
+                    self._set_fatal(exc)
+                    return
+                log.debug("[client %s] InitProducerId v%d: %s", self._client, version,
+                          code.name)
             except asyncio.CancelledError:
                 raise
             except BrokerResponseError as exc:
@@ -408,8 +386,7 @@ class Sender:
                 log.debug("[client %s] InitProducerId: %s", self._client, exc)
             except (KafkaError, OSError) as exc:
                 log.debug("[client %s] InitProducerId: %s", self._client, exc)
-            attempt += 1
-            await asyncio.sleep(min(1.0, 0.05 * 2 ** min(attempt, 5)))
+            await asyncio.sleep(requester.next_delay())
 
     def _set_fatal(self, error: BaseException) -> None:
         if self.fatal_error is None:
@@ -488,12 +465,11 @@ class Sender:
         self._requests_sent += 1
         self._batches_sent += len(batches)
         self._in_flight_requests[node] = self._in_flight_requests.get(node, 0) + 1
+        partition = self._acc.partition
         for batch in batches:
             self._in_flight.add(batch)
-        if self._acc.guarantee_order:
-            for batch in batches:
-                self._muting.add(batch)
-                self._acc.mute(batch.topic, batch.partition)
+            batch.on_wire = True
+            partition(batch.topic, batch.partition).wire_requests += 1
         metrics = self._metrics
         size = 0
         if metrics is not None:
@@ -609,13 +585,13 @@ class Sender:
 
     def _settle(self, batch: ProducerBatch) -> None:
         """The batch is no longer on the wire: whatever comes next (completion, a retry, a
-        split, a failure), its partition may send again — if this batch is what muted it. A
-        queued batch failing (expired, aborted) leaves a partition muted by another batch's
-        open request alone."""
+        split, a failure), its partition counts one request fewer, which unmutes it when it
+        was the last (docs/batching.md D5). A queued batch failing (expired, aborted) was in
+        no request: a partition muted by another batch's open request stays muted."""
         self._in_flight.discard(batch)
-        if self._muting and batch in self._muting:
-            self._muting.discard(batch)
-            self._acc.unmute(batch.topic, batch.partition)
+        if batch.on_wire:
+            batch.on_wire = False
+            self._acc.partition(batch.topic, batch.partition).wire_requests -= 1
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                   duplicate: bool = False) -> None:
@@ -632,7 +608,8 @@ class Sender:
               still_on_wire: bool = False) -> None:
         if still_on_wire:
             # expired while its request is unanswered: it leaves our bookkeeping, but its
-            # partition stays muted until the answer (or the connection's end) arrives
+            # partition counts the request (and stays muted) until the answer (or the
+            # connection's end) arrives
             self._in_flight.discard(batch)
         else:
             self._settle(batch)

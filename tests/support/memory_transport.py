@@ -92,6 +92,8 @@ class ScriptedNode:
 
     mode: str = "answer"
     produce: ProduceHandler = produce_ok
+    # InitProducerId: the answer to each request (default: producer id 1000, epoch 0)
+    init_producer_id: Callable[[ScriptedRequest], Any] | None = None
     # API keys this node reads and never answers (e.g. {METADATA}), besides mode "silent"
     ignore: set[int] = field(default_factory=set)
     # a Produce write pauses the transport, as a real one does when its buffer passes the
@@ -182,6 +184,8 @@ class MemoryTransport(asyncio.Transport):
             answer = MetadataResponse(error_code=node.metadata_error, brokers=[], topics=[])
         elif api_key == METADATA:
             answer = self._network.cluster.metadata(req)
+        elif api_key == INIT_PRODUCER_ID and node.init_producer_id is not None:
+            answer = node.init_producer_id(req)
         elif api_key == INIT_PRODUCER_ID:
             answer = InitProducerIdResponse(error_code=0, producer_id=1000, producer_epoch=0)
         elif api_key == PRODUCE:

@@ -49,6 +49,7 @@ from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
 from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.partition import Partitions
 from aiokprod.producer.retry_policy import classify
 from aiokprod.producer.sequences import (
     MAX_SEQUENCE,
@@ -182,10 +183,12 @@ class Harness:
             return RecordAccumulator(
                 pool=BufferPool(1 << 22, BATCH_SIZE, clock=self.clock), batch_size=BATCH_SIZE,
                 linger_ms=0, delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
-                retry_backoff=lambda attempts: 0.0, clock=self.clock)
+                retry_backoff=lambda attempts: 0.0, clock=self.clock, partitions=partitions)
 
+        partitions = Partitions()  # shared, as Producer wires them
         self.acc = self.loop.run_until_complete(build())
-        self.idem = IdempotenceManager(clock=self.clock, bump_via_init_producer_id=True)
+        self.idem = IdempotenceManager(clock=self.clock, bump_via_init_producer_id=True,
+                                       partitions=partitions)
         self.acc.retry_order = self.idem.retry_order  # as Sender.__init__ wires it
         self.view = ClusterView(
             {NODE: BrokerNode(NODE, "localhost", 9001)},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from aiokprod import Producer
 from aiokprod.errors import BufferExhaustedError
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicPartition
+from aiokprod.protocol import InitProducerIdResponse
 from support.memory_transport import INIT_PRODUCER_ID, PRODUCE, ScriptedNetwork, produce_ok
 
 H = "127.0.0.1"
@@ -303,3 +305,69 @@ async def test_split_parts_go_without_backoff_and_count_in_the_batch_metrics(
     assert metrics["producer-metrics:record-size-avg"] > 350, metrics[
         "producer-metrics:record-size-avg"]
     assert metrics["producer-metrics:batch-size-max"] > 4000
+
+
+# ---- InitProducerId --------------------------------------------------------------------------
+
+
+async def test_init_producer_id_is_retried_after_the_configured_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A retriable InitProducerId error is retried after retry.backoff.ms (the transactional
+    producer's rule too), not after a backoff of its own (it was 0.1 s, then 0.2 s)."""
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    asked: list[float] = []
+
+    def init(req: Any) -> Any:
+        asked.append(time.monotonic())
+        if len(asked) < 3:  # COORDINATOR_NOT_AVAILABLE, retriable
+            return InitProducerIdResponse(error_code=15, producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(error_code=0, producer_id=7, producer_epoch=0)
+
+    node.init_producer_id = init
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0,
+                                 retry_backoff_ms=500, retry_backoff_max_ms=500) as p:
+        await asyncio.wait_for(p.send_and_wait("t", b"v"), 10)
+        assert p._idempotence is not None and p._idempotence.producer_id == 7
+    gaps = [later - earlier for earlier, later in itertools.pairwise(asked)]
+    assert len(gaps) == 2
+    assert all(0.35 < gap < 1.0 for gap in gaps), gaps  # 500 ms +-20% jitter
+
+
+async def test_a_refused_bump_falls_back_to_a_fresh_producer_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a transactional id nothing can fence the producer: a bump the broker refuses,
+    even with PRODUCER_FENCED (Tansu, for an epoch it did not hand out), gets a fresh id."""
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    asked: list[tuple[int, int]] = []
+
+    def init(req: Any) -> Any:
+        asked.append((req.body.producer_id, req.body.producer_epoch))
+        if req.body.producer_id >= 0:
+            return InitProducerIdResponse(error_code=90, producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(error_code=0, producer_id=10 + len(asked),
+                                      producer_epoch=0)
+
+    node.init_producer_id = init
+    produced = 0
+
+    def lose_state_once(req: Any) -> Any:
+        nonlocal produced
+        produced += 1
+        response = produce_ok(req)
+        if produced == 2:  # the broker lost our state: UNKNOWN_PRODUCER_ID asks for a bump
+            for t in response.responses:
+                for part in t.partition_responses:
+                    part.error_code, part.base_offset = 59, -1
+        return response
+
+    node.produce = lose_state_once
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0,
+                                 retry_backoff_ms=10) as p:
+        await asyncio.wait_for(p.send_and_wait("t", b"v"), 10)
+        await asyncio.wait_for(p.send_and_wait("t", b"after"), 10)
+        assert p._sender is not None and p._sender.fatal_error is None
+    assert asked == [(-1, -1), (11, 0), (-1, -1)]
