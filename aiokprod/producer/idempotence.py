@@ -1,12 +1,12 @@
-"""The idempotent producer's state machine (docs/idempotence.md): decisions only, no I/O.
+"""The idempotent producer's decisions (docs/idempotence.md): no I/O.
 
-The sender performs I/O and reports what happened; this module decides. Two layers:
-
-* the producer id: :class:`ProducerIdState` and :data:`TRANSITIONS`, a table from
-  (state, event) to the next state, each naming the rule it implements. An event
-  the table does not list raises :class:`~aiokprod.errors.IllegalStateError`;
-* per partition (``sequences.PartitionProducer``): sequences, in-flight and unresolved
-  batches, the KIP-1269 in-flight window, following the sending steps of docs/idempotence.md.
+The sender performs I/O and reports what happened; this module decides. It holds the producer
+id and epoch (their states and transitions are the table in ``producer_id_state.py``) and
+applies each outcome to the partition it concerns: the partition's own rules -- which batch may
+go, when it renumbers, which held batches can no longer be written -- are methods of
+``partition.PartitionProducer``, the one object that holds that partition's queue, sequences,
+in-flight and unresolved batches and KIP-1269 window. What stays here is what spans
+partitions: one bump or new id for all of them, the counts, the batches given up on.
 
 Epoch bumps. An idempotent (non-transactional) producer may bump its epoch *itself*: it
 maintains its own epoch, and the broker accepts a higher epoch whose first sequence is 0
@@ -25,7 +25,6 @@ partition first lets its old-epoch batches finish under the old epoch.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -36,10 +35,16 @@ from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError, error_for_code
 from aiokprod.producer.partition import PartitionProducer, Partitions
+from aiokprod.producer.producer_id_state import (
+    TRANSITIONS,
+    Event,
+    ProducerIdState,
+    Transition,
+    next_state,
+)
 from aiokprod.producer.retry_policy import Action, RetryDecision, classify
 from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
-    LEADER_STATE_IDLE_S,
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -66,97 +71,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _TP = tuple[str, int]
-
-
-class ProducerIdState(enum.Enum):
-    """Where the producer id and epoch stand."""
-
-    #: No producer id: InitProducerId(-1, -1) is needed before anything is sent.
-    UNINITIALIZED = "uninitialized"
-    #: InitProducerId for a fresh id is under way.
-    INITIALIZING = "initializing"
-    #: The id and epoch are usable: new batches are stamped with them.
-    READY = "ready"
-    #: A partition needs a new epoch; applied before the next drain (or sent to the broker).
-    BUMP_REQUIRED = "bump_required"
-    #: InitProducerId(current id, epoch) is under way (KIP-360 mode only).
-    BUMPING = "bumping"
-    #: Unusable for good: every later send fails with ``fatal_error``.
-    FATAL = "fatal"
-
-
-class Event(enum.Enum):
-    """What can happen to the producer id."""
-
-    INIT_REQUEST_SENT = "init_request_sent"
-    BUMP_REQUEST_SENT = "bump_request_sent"
-    PRODUCER_ID_RECEIVED = "producer_id_received"
-    INIT_FAILED = "init_failed"  # a retriable InitProducerId failure
-    BUMP_REQUESTED = "bump_requested"
-    EPOCH_BUMPED_LOCALLY = "epoch_bumped_locally"
-    EPOCH_EXHAUSTED = "epoch_exhausted"
-    BUMP_UNSUPPORTED = "bump_unsupported"
-    FATAL_ERROR = "fatal_error"
-
-
-@dataclass(frozen=True)
-class Transition:
-    """One row of the table: where an event leads, and the rule that says so."""
-
-    target: ProducerIdState
-    rule: str
-
-
-_S = ProducerIdState
-_E = Event
-
-#: (state, event) → next state. Anything else is illegal: next_state raises IllegalStateError.
-TRANSITIONS: dict[tuple[ProducerIdState, Event], Transition] = {
-    (_S.UNINITIALIZED, _E.INIT_REQUEST_SENT): Transition(
-        _S.INITIALIZING, "InitProducerId: the broker assigns the producer id"),
-    (_S.INITIALIZING, _E.PRODUCER_ID_RECEIVED): Transition(
-        _S.READY, "InitProducerId answered: producer id and epoch known, sending may start"),
-    (_S.INITIALIZING, _E.INIT_FAILED): Transition(
-        _S.UNINITIALIZED, "Java TransactionManager: a retriable InitProducerId error is retried"),
-    (_S.READY, _E.BUMP_REQUESTED): Transition(
-        _S.BUMP_REQUIRED, "docs/idempotence.md step 1b/6/8a/8b: bump epoch and reset sequences"),
-    (_S.BUMP_REQUIRED, _E.BUMP_REQUESTED): Transition(
-        _S.BUMP_REQUIRED, "docs/idempotence.md step 8: one bump serves every partition"),
-    (_S.BUMPING, _E.BUMP_REQUESTED): Transition(
-        _S.BUMPING, "docs/idempotence.md step 8: the bump under way serves this too"),
-    (_S.UNINITIALIZED, _E.BUMP_REQUESTED): Transition(
-        _S.UNINITIALIZED, "docs/idempotence.md: a new producer id resets every sequence anyway"),
-    (_S.INITIALIZING, _E.BUMP_REQUESTED): Transition(
-        _S.INITIALIZING, "docs/idempotence.md: a new producer id resets every sequence anyway"),
-    (_S.BUMP_REQUIRED, _E.EPOCH_BUMPED_LOCALLY): Transition(
-        _S.READY, "Java: the idempotent producer keeps its epoch itself (check B3)"),
-    (_S.BUMP_REQUIRED, _E.EPOCH_EXHAUSTED): Transition(
-        _S.UNINITIALIZED, "the epoch is int16: past 32767 request a new producer id"),
-    (_S.BUMP_REQUIRED, _E.BUMP_REQUEST_SENT): Transition(
-        _S.BUMPING, "KIP-360: InitProducerId with the current PID and epoch bumps the epoch"),
-    (_S.BUMPING, _E.PRODUCER_ID_RECEIVED): Transition(
-        _S.READY, "KIP-360: the broker returned the bumped epoch"),
-    (_S.BUMPING, _E.INIT_FAILED): Transition(
-        _S.BUMP_REQUIRED, "Java TransactionManager: a retriable InitProducerId error is retried"),
-    (_S.BUMPING, _E.BUMP_UNSUPPORTED): Transition(
-        _S.UNINITIALIZED, "KIP-360 fallback: a broker without the bump gives a new PID instead"),
-    (_S.BUMP_REQUIRED, _E.BUMP_UNSUPPORTED): Transition(
-        _S.UNINITIALIZED, "KIP-360 fallback: a broker without the bump gives a new PID instead"),
-    **{
-        (state, _E.FATAL_ERROR): Transition(
-            _S.FATAL, "after a fatal error nothing more is sent: close and build a new producer")
-        for state in ProducerIdState
-    },
-}
-
-
-def next_state(state: ProducerIdState, event: Event) -> ProducerIdState:
-    """The state ``event`` leads to from ``state``; raises IllegalStateError if none."""
-    transition = TRANSITIONS.get((state, event))
-    if transition is None:
-        raise IllegalStateError(
-            f"idempotent producer: event {event.name} is not allowed in state {state.name}")
-    return transition.target
 
 
 @dataclass(frozen=True)
@@ -509,8 +423,8 @@ class IdempotenceManager:
             self._doom_unrenumberable(p)
             if batch in self._doomed:
                 return False
-            return self._retry_allowed(p, self._held_entry(p, batch))
-        return self._new_batch_allowed(p, now)
+            return p.retry_allowed(p.held_entry(batch))
+        return p.new_batch_allowed(now, self._is_stale(p))
 
     def _doom_unrenumberable(self, p: PartitionProducer) -> None:
         """Before a partition renumbers its held batches (step 3), a batch that may already be
@@ -519,13 +433,9 @@ class IdempotenceManager:
         instead, and so does every held batch before it: had it been written, they could only
         be written after it, out of order (docs/idempotence.md, "A partition's first
         batches")."""
-        if not (p.reset_requested and p.in_flight and not p.on_wire_count
-                and self._is_stale(p)):
+        doomed = p.unrenumberable(self._is_stale(p))
+        if not doomed:
             return
-        last = max((i for i, e in enumerate(p.in_flight) if e.possibly_written), default=-1)
-        if last < 0:
-            return
-        doomed = p.in_flight[:last + 1]
         log.warning("[client %s] %s-%d: sequence(s) %s may already be written and cannot be "
                     "sent again under a new producer id or epoch; failing %d held batch(es) "
                     "instead of writing records twice or out of order", self._client_id,
@@ -540,36 +450,6 @@ class IdempotenceManager:
                "a later batch of this partition may already be written, and these would "
                "follow it out of order")))
 
-    def _held_entry(self, p: PartitionProducer, batch: SequencedBatch) -> InFlightEntry:
-        entry = p.entry_for(batch)
-        if entry is None:
-            raise IllegalStateError(
-                f"{p.topic}-{p.partition}: batch with sequence {batch.base_sequence} is not "
-                f"tracked (completed, expired or split) and must not be sent")
-        if entry.on_wire:
-            raise IllegalStateError(
-                f"{p.topic}-{p.partition}: batch with sequence {batch.base_sequence} is already "
-                f"on the wire; report its outcome (or on_not_sent) before sending it again")
-        return entry
-
-    def _new_batch_allowed(self, p: PartitionProducer, now: float) -> bool:
-        if p.unresolved:
-            return False  # step 2a
-        if p.in_flight:
-            if not p.leader_holds_state:
-                return False  # F1: a partition's first batches, one at a time until acknowledged
-        elif p.leader_holds_state and now - p.last_acked_at >= LEADER_STATE_IDLE_S:
-            p.leader_holds_state = False  # F1: idle; the leader may have forgotten us since
-        if p.retrying:
-            return False  # step 2c: retries go first, one at a time
-        if self._is_stale(p) and p.in_flight:
-            return False  # step 2b: old-epoch batches still in flight
-        return len(p.in_flight) < p.in_flight_limit  # KIP-1269
-
-    def _retry_allowed(self, p: PartitionProducer, entry: InFlightEntry) -> bool:
-        # step 2c: while retrying, one batch in flight, and only the first in sequence
-        return p.on_wire_count == 0 and p.first_in_flight() is entry
-
     def assign_sequence(self, batch: SequencedBatch) -> None:
         """Steps 3-5, for a batch ``can_send`` allowed, right before it is sent.
 
@@ -582,14 +462,14 @@ class IdempotenceManager:
             raise IllegalStateError(f"cannot assign a sequence in state {self._state.name}")
         p = self.partition_state(batch)
         if batch.base_sequence >= 0:
-            entry = self._held_entry(p, batch)
-            if not self._retry_allowed(p, entry):
+            entry = p.held_entry(batch)
+            if not p.retry_allowed(entry):
                 raise IllegalStateError(f"{p.topic}-{p.partition}: retry of sequence "
                                         f"{batch.base_sequence} is not allowed now (step 2c)")
             self._maybe_restart(p)
             p.mark_on_wire(entry, True)
             return
-        if not self._new_batch_allowed(p, self._clock()):
+        if not p.new_batch_allowed(self._clock(), self._is_stale(p)):
             raise IllegalStateError(f"{p.topic}-{p.partition}: a new batch may not be sent now "
                                     f"(step 2); ask can_send first")
         self._maybe_restart(p)
@@ -606,14 +486,8 @@ class IdempotenceManager:
         the callers ensured). It did not: only once it holds nothing at all, so batches that
         may already be written finish under the old epoch, where the broker de-duplicates them.
         """
-        if not self._is_stale(p) or p.on_wire_count:
+        if not p.restart_due(self._is_stale(p)):
             return
-        if p.in_flight and not p.reset_requested:
-            return
-        written = [e.base_sequence for e in p.in_flight if e.possibly_written]
-        if written:
-            raise IllegalStateError(f"{p.topic}-{p.partition}: sequence(s) {written} may be "
-                                    f"written and must not be renumbered (can_send fails them)")
         if p.producer_id != NO_PRODUCER_ID:
             self._sequence_resets += 1  # the first start is not a reset
         p.restart_sequences(self._producer_id, self._producer_epoch, self._generation)
@@ -647,7 +521,7 @@ class IdempotenceManager:
             earlier = p.in_flight[:p.in_flight.index(entry)]
             p.remove(entry)
             self._in_flight_total -= 1
-        if batch.base_sequence >= 0 and self._speaks_of_current_numbering(p, entry, batch):
+        if batch.base_sequence >= 0 and p.speaks_of_current_numbering(entry, batch):
             p.leader_holds_state = True  # it checks our sequences from now on (B4)
             p.last_acked_at = self._clock()
             if entry is not None and not p.is_next_sequence(batch.base_sequence):
@@ -667,8 +541,7 @@ class IdempotenceManager:
         longer be written in order, so they fail instead (docs/idempotence.md, "A partition's
         first batches"). Earlier batches on the wire or perhaps written are left to their
         answers: they may well be in the log before this one."""
-        overtaken = [e for e in earlier if not e.on_wire and not e.possibly_written
-                     and e.generation == p.generation]
+        overtaken = p.overtaken(earlier)
         if not overtaken:
             return
         log.warning("[client %s] %s-%d: sequence %d was written while earlier sequence(s) %s "
@@ -716,24 +589,6 @@ class IdempotenceManager:
         entry = self.partition_state(batch).entry_for(batch)
         return entry is None or entry.possibly_written
 
-    @staticmethod
-    def _speaks_of_current_numbering(p: PartitionProducer, entry: InFlightEntry | None,
-                                     batch: SequencedBatch) -> bool:
-        """An answer for ``batch`` tells us about ``p``'s current sequences.
-
-        A tracked batch: if it was numbered in the partition's current generation. An
-        untracked one (it expired on the wire): only if it is one of the current generation's
-        unresolved ranges, the one case where its late success matters (step 1a). The header
-        alone cannot decide: after a broker lost its state, the same id and epoch return.
-        """
-        if entry is not None:
-            return entry.generation == p.generation and not p.is_stale(
-                batch.producer_id, batch.producer_epoch)
-        return any(r.base_sequence == batch.base_sequence and r.generation == p.generation
-                   and (r.producer_id, r.producer_epoch) == (batch.producer_id,
-                                                             batch.producer_epoch)
-                   for r in p.unresolved)
-
     def on_error(self, batch: SequencedBatch, error_code: int, now: float | None = None,
                  decision: RetryDecision | None = None) -> RetryDecision:
         """Step 8: the broker answered with an error (or the request failed; the sender then
@@ -778,7 +633,7 @@ class IdempotenceManager:
             p.mark_retried(entry)  # held until on_split replaces it
             return decision
         if decision.action is Action.RETRY:
-            reset = self._needs_reset_before_retry(p, entry, code)
+            reset = p.needs_reset_before_retry(entry, code)
             p.mark_retried(entry)
             self._retries_done += 1
             if reset:
@@ -795,33 +650,6 @@ class IdempotenceManager:
         self._request_reset(p, f"{code.name} failed sequence {batch.base_sequence}, {why}")
         return replace(decision, reset_sequences=True)
 
-    def _needs_reset_before_retry(self, p: PartitionProducer, entry: InFlightEntry,
-                                  code: ErrorCode) -> bool:
-        """docs/idempotence.md step 8b, for UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER.
-
-        "Unless a SEQ reset already happened" is read per partition: a reset already requested
-        and not yet performed covers every answer that arrives before it. Answers from before
-        a reset cannot arrive after it here (a reset waits until nothing is on the wire), so
-        unlike Java no per-batch "sequence was reset" flag is needed, and a broker that loses
-        our state again later gets a new reset instead of endless retries.
-        """
-        if code not in (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
-            return False
-        if p.reset_requested:
-            return False  # the pending reset will renumber this batch too: just retry
-        if code is ErrorCode.UNKNOWN_PRODUCER_ID:
-            return True  # the broker lost our state (retention): bump & reset, then retry
-        # A real gap, proved by the broker, exists only when no batch we still hold comes
-        # before this one: then everything before it was acknowledged (the broker lost it),
-        # expired unresolved (then it was not written, or the broker would expect this batch),
-        # or failed (a reset is already pending). If an earlier batch is still held, being
-        # retried or on the wire, its own answer decides: it may be written (its response was
-        # lost) and renumbering it would write it twice, so this one just retries behind it.
-        # This is Java's "is it the next sequence" test (TransactionManager) and librdkafka's
-        # "first in-flight" test, read over what we hold rather than over the last
-        # acknowledgement alone, which after a broker restart or an expiry says nothing.
-        return p.first_in_flight() is entry
-
     def _forget(self, p: PartitionProducer, entry: InFlightEntry | None) -> None:
         if entry is not None:
             p.remove(entry)
@@ -831,22 +659,7 @@ class IdempotenceManager:
         """MESSAGE_TOO_LARGE split ``batch`` (docs/compression.md S4): the new
         batches take its sequence range, in order, and its place among the held batches. The
         broker never wrote the big batch, so these sequences are fresh to it."""
-        p = self.partition_state(batch)
-        entry = self._held_entry(p, batch)
-        if sum(b.record_count for b in new_batches) != batch.record_count or not new_batches:
-            raise IllegalStateError(
-                f"{p.topic}-{p.partition}: a split must keep the {batch.record_count} records "
-                f"of sequence {batch.base_sequence}, got "
-                f"{[b.record_count for b in new_batches]}")
-        seq = batch.base_sequence
-        entries = []
-        for new in new_batches:
-            new.stamp(batch.producer_id, batch.producer_epoch, seq)
-            seq = increment_sequence(seq, new.record_count)
-            entries.append(InFlightEntry(new, on_wire=False, retried=True,
-                                         generation=entry.generation))
-        p.replace(entry, entries)
-        self._in_flight_total += len(entries) - 1
+        self._in_flight_total += self.partition_state(batch).split(batch, new_batches) - 1
         self._splits += 1
 
     # ---- expiry (step 6) ----------------------------------------------------------------

@@ -11,13 +11,15 @@ accumulator, the sender and the idempotence manager share the objects through on
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError
 from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
+    LEADER_STATE_IDLE_S,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
@@ -243,6 +245,145 @@ class PartitionProducer:
         self.unresolved.clear()
         self.reset_requested = False
         return list(self.in_flight)
+
+    # ---- the sending rules of one partition (docs/idempotence.md steps 2, 8b; F1) -----------
+
+    def new_batch_allowed(self, now: float, stale: bool) -> bool:
+        """May a new batch be numbered and sent now (steps 2a-2c, F1, KIP-1269)? ``stale``:
+        the producer id or epoch changed since this partition's numbering."""
+        if self.unresolved:
+            return False  # step 2a
+        if self.in_flight:
+            if not self.leader_holds_state:
+                return False  # F1: a partition's first batches, one at a time until acknowledged
+        elif self.leader_holds_state and now - self.last_acked_at >= LEADER_STATE_IDLE_S:
+            self.leader_holds_state = False  # F1: idle; the leader may have forgotten us since
+        if self.retrying:
+            return False  # step 2c: retries go first, one at a time
+        if stale and self.in_flight:
+            return False  # step 2b: old-epoch batches still in flight
+        return len(self.in_flight) < self.in_flight_limit  # KIP-1269
+
+    def retry_allowed(self, entry: InFlightEntry) -> bool:
+        # step 2c: while retrying, one batch in flight, and only the first in sequence
+        return self.on_wire_count == 0 and self.first_in_flight() is entry
+
+    def held_entry(self, batch: SequencedBatch) -> InFlightEntry:
+        """The entry of a held batch about to be sent again; an untracked batch, or one on
+        the wire, is a caller's error."""
+        entry = self.entry_for(batch)
+        if entry is None:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: batch with sequence {batch.base_sequence} is not "
+                f"tracked (completed, expired or split) and must not be sent")
+        if entry.on_wire:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: batch with sequence {batch.base_sequence} is "
+                f"already on the wire; report its outcome (or on_not_sent) before sending it "
+                f"again")
+        return entry
+
+    def needs_reset_before_retry(self, entry: InFlightEntry, code: ErrorCode) -> bool:
+        """docs/idempotence.md step 8b, for UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+        "Unless a SEQ reset already happened" is read per partition: a reset already requested
+        and not yet performed covers every answer that arrives before it. Answers from before
+        a reset cannot arrive after it here (a reset waits until nothing is on the wire), so
+        unlike Java no per-batch "sequence was reset" flag is needed, and a broker that loses
+        our state again later gets a new reset instead of endless retries.
+        """
+        if code not in (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+            return False
+        if self.reset_requested:
+            return False  # the pending reset will renumber this batch too: just retry
+        if code is ErrorCode.UNKNOWN_PRODUCER_ID:
+            return True  # the broker lost our state (retention): bump & reset, then retry
+        # A real gap, proved by the broker, exists only when no batch we still hold comes
+        # before this one: then everything before it was acknowledged (the broker lost it),
+        # expired unresolved (then it was not written, or the broker would expect this batch),
+        # or failed (a reset is already pending). If an earlier batch is still held, being
+        # retried or on the wire, its own answer decides: it may be written (its response was
+        # lost) and renumbering it would write it twice, so this one just retries behind it.
+        # This is Java's "is it the next sequence" test (TransactionManager) and librdkafka's
+        # "first in-flight" test, read over what we hold rather than over the last
+        # acknowledgement alone, which after a broker restart or an expiry says nothing.
+        return self.first_in_flight() is entry
+
+    def speaks_of_current_numbering(self, entry: InFlightEntry | None,
+                                    batch: SequencedBatch) -> bool:
+        """An answer for ``batch`` tells us about ``p``'s current sequences.
+
+        A tracked batch: if it was numbered in the partition's current generation. An
+        untracked one (it expired on the wire): only if it is one of the current generation's
+        unresolved ranges, the one case where its late success matters (step 1a). The header
+        alone cannot decide: after a broker lost its state, the same id and epoch return.
+        """
+        if entry is not None:
+            return entry.generation == self.generation and not self.is_stale(
+                batch.producer_id, batch.producer_epoch)
+        return any(r.base_sequence == batch.base_sequence and r.generation == self.generation
+                   and (r.producer_id, r.producer_epoch) == (batch.producer_id,
+                                                             batch.producer_epoch)
+                   for r in self.unresolved)
+
+    # ---- first batches and renumbering (docs/idempotence.md F2, F3, step 3) ----------------
+
+    def overtaken(self, earlier: list[InFlightEntry]) -> list[InFlightEntry]:
+        """F2: of the batches held before one the leader just wrote, those that certainly
+        were not written (refused or never sent, in this numbering): the leader took a gap,
+        so they can no longer be written in order. Batches on the wire or perhaps written
+        are left to their answers: they may well be in the log before it."""
+        return [e for e in earlier if not e.on_wire and not e.possibly_written
+                and e.generation == self.generation]
+
+    def unrenumberable(self, stale: bool) -> list[InFlightEntry]:
+        """F3: before a renumbering (step 3), the held batches that must fail instead: the
+        last that may already be written under the current numbering (under a new id or
+        epoch the broker could not recognise it, and would write it twice) and every one
+        before it (had it been written, they could only follow it out of order)."""
+        if not (self.reset_requested and self.in_flight and not self.on_wire_count and stale):
+            return []
+        last = max((i for i, e in enumerate(self.in_flight) if e.possibly_written), default=-1)
+        return self.in_flight[:last + 1]
+
+    def restart_due(self, stale: bool) -> bool:
+        """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
+
+        It asked for the reset: its held batches are renumbered once nothing is on the wire.
+        It did not: only once it holds nothing at all, so batches that may already be written
+        finish under the old epoch, where the broker de-duplicates them.
+        """
+        if not stale or self.on_wire_count:
+            return False
+        if self.in_flight and not self.reset_requested:
+            return False
+        written = [e.base_sequence for e in self.in_flight if e.possibly_written]
+        if written:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: sequence(s) {written} may be written and "
+                f"must not be renumbered (F3 fails them first)")
+        return True
+
+    def split(self, batch: SequencedBatch, new_batches: Sequence[SequencedBatch]) -> int:
+        """MESSAGE_TOO_LARGE split ``batch`` (docs/compression.md S4): the new batches take its
+        sequence range, in order, and its place among the held batches, as held for a retry.
+        The broker never wrote the big batch, so these sequences are fresh to it. Returns how
+        many batches now hold its sequences."""
+        entry = self.held_entry(batch)
+        if sum(b.record_count for b in new_batches) != batch.record_count or not new_batches:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: a split must keep the {batch.record_count} "
+                f"records of sequence {batch.base_sequence}, got "
+                f"{[b.record_count for b in new_batches]}")
+        seq = batch.base_sequence
+        entries = []
+        for new in new_batches:
+            new.stamp(batch.producer_id, batch.producer_epoch, seq)
+            seq = increment_sequence(seq, new.record_count)
+            entries.append(InFlightEntry(new, on_wire=False, retried=True,
+                                         generation=entry.generation))
+        self.replace(entry, entries)
+        return len(entries)
 
     def __iter__(self) -> Iterator[InFlightEntry]:
         return iter(self.in_flight)

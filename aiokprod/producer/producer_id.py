@@ -20,20 +20,29 @@ carries, which version it goes at and what each answer means is decided here, on
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
-from aiokprod.errors import error_for_code
+from aiokprod.errors import BrokerResponseError, KafkaError, error_for_code
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.protocol import InitProducerIdRequest, InitProducerIdResponse
 
 if TYPE_CHECKING:
+    from aiokprod.network.cluster import Cluster
     from aiokprod.network.connection import BrokerConnection
 
-__all__ = ["FATAL_INIT_CODES", "FENCED_CODES", "InitOutcome", "ProducerIdRequester"]
+__all__ = [
+    "FATAL_INIT_CODES",
+    "FENCED_CODES",
+    "InitOutcome",
+    "ProducerIdRequester",
+    "init_on_any_broker",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +72,10 @@ class ProducerIdRequester:
 
     def __init__(self, idem: IdempotenceManager, *, transactional_id: str | None,
                  transaction_timeout_ms: int, client_id: str = "") -> None:
-        self._idem = idem
+        self.idem = idem
         self._transactional_id = transactional_id
         self._timeout_ms = transaction_timeout_ms
-        self._client = client_id
+        self.client_id = client_id
         self._backoff = idem.backoff or ExponentialBackoff(100, 1000)
         self._failed_versions: set[int] = set()
         self._lowest = InitProducerIdRequest.MIN_VERSION  # the last broker's lowest version
@@ -75,7 +84,7 @@ class ProducerIdRequester:
 
     def take_params(self) -> tuple[int, int]:
         """Right before an attempt: the pair to ask with (the manager records a request)."""
-        self.pair = self._idem.init_producer_id_params()
+        self.pair = self.idem.init_producer_id_params()
         return self.pair
 
     def build(self, conn: BrokerConnection) -> tuple[InitProducerIdRequest, int]:
@@ -90,8 +99,8 @@ class ProducerIdRequester:
             versions = [v for v in versions if v >= _KIP360_VERSION]
             if not versions:
                 log.info("[client %s] the broker serves no InitProducerId v3+ (KIP-360): "
-                         "asking for a new producer id instead of an epoch bump", self._client)
-                self._idem.on_bump_unsupported()
+                         "asking for a new producer id instead of an epoch bump", self.client_id)
+                self.idem.on_bump_unsupported()
                 self.take_params()
                 return self.build(conn)
         if not versions:  # every version failed once: start again from the top
@@ -106,8 +115,8 @@ class ProducerIdRequester:
                   version: int) -> InitOutcome:
         """Apply an answer (``code`` NONE comes with ``response``); see the module's rules."""
         if code is ErrorCode.NONE and response is not None:
-            self._idem.on_producer_id(response.producer_id, response.producer_epoch)
-            log.info("[client %s] producer id %d epoch %d (InitProducerId v%d)", self._client,
+            self.idem.on_producer_id(response.producer_id, response.producer_epoch)
+            log.info("[client %s] producer id %d epoch %d (InitProducerId v%d)", self.client_id,
                      response.producer_id, response.producer_epoch, version)
             self._retries = 0
             return InitOutcome.DONE
@@ -118,14 +127,14 @@ class ProducerIdRequester:
         retriable = error_for_code(code).retriable
         if self.pair[0] >= 0 and not retriable:
             log.info("[client %s] epoch bump refused (%s); asking for a new producer id",
-                     self._client, code.name)
-            self._idem.on_bump_unsupported()
+                     self.client_id, code.name)
+            self.idem.on_bump_unsupported()
             return InitOutcome.AGAIN
         if not retriable and version >= 0:
             self._failed_versions.add(version)
             if any(v not in self._failed_versions for v in range(self._lowest, version)):
                 log.info("[client %s] InitProducerId v%d failed (%s); trying a lower version",
-                         self._client, version, code.name)
+                         self.client_id, version, code.name)
                 return InitOutcome.AGAIN
         return InitOutcome.RETRY if retriable else InitOutcome.FAIL
 
@@ -135,3 +144,47 @@ class ProducerIdRequester:
         delay = self._backoff.backoff_ms(self._retries) / 1000
         self._retries += 1
         return delay
+
+
+async def init_on_any_broker(requester: ProducerIdRequester, cluster: Cluster, *,
+                             stopped: Callable[[], bool],
+                             on_fatal: Callable[[BaseException], None]) -> bool:
+    """The idempotent producer's InitProducerId: on any broker, until the manager holds an id
+    (True), the producer stops, or an answer is fatal (``on_fatal`` is told; False).
+
+    Bounded: attempts continue only while the manager needs an id, that is while records
+    wait; each is bounded by request.timeout.ms, and the records by delivery.timeout.ms.
+    """
+    idem = requester.idem
+    while idem.needs_producer_id() and not stopped():
+        try:
+            conn = await cluster.any_connection()
+            requester.take_params()
+            request, version = requester.build(conn)
+            response = await conn.request(request, version=version)
+            code = ErrorCode.of(response.error_code)
+            outcome = requester.on_answer(code, response, version)
+            if outcome is InitOutcome.DONE:
+                return True
+            if outcome is InitOutcome.AGAIN:
+                continue
+            err = error_for_code(code)
+            if outcome is InitOutcome.FAIL:
+                exc = err(f"InitProducerId v{version}: {err.message}")
+                idem.fail_fatally(exc)
+                on_fatal(exc)
+                return False
+            log.debug("[client %s] InitProducerId v%d: %s", requester.client_id, version,
+                      code.name)
+        except asyncio.CancelledError:
+            raise
+        except BrokerResponseError as exc:
+            if not exc.retriable:
+                idem.fail_fatally(exc)
+                on_fatal(exc)
+                return False
+            log.debug("[client %s] InitProducerId: %s", requester.client_id, exc)
+        except (KafkaError, OSError) as exc:
+            log.debug("[client %s] InitProducerId: %s", requester.client_id, exc)
+        await asyncio.sleep(requester.next_delay())
+    return False
