@@ -1,11 +1,11 @@
 """The idempotent producer's decisions (docs/idempotence.md): no I/O.
 
-The sender performs I/O and reports what happened; this module decides. It holds the producer
-id and epoch (their states and transitions are the table in ``producer_id_state.py``) and
-applies each outcome to the partition it concerns: the partition's own rules -- which batch may
-go, when it renumbers, which held batches can no longer be written -- are methods of
-``partition.PartitionProducer``, the one object that holds that partition's queue, sequences,
-in-flight and unresolved batches and KIP-1269 window. What stays here is what spans
+The sender performs I/O and reports what happened; this module decides. The producer id and
+epoch are ``producer_id_state.ProducerIdHolder``'s (the state machine the manager extends);
+the manager applies each outcome to the partition it concerns. The partition's own rules --
+which batch may go, when it renumbers, which held batches can no longer be written -- are
+methods of ``partition.PartitionProducer``, the one object that holds that partition's queue,
+sequences, in-flight and unresolved batches and KIP-1269 window. What stays here is what spans
 partitions: one bump or new id for all of them, the counts, the batches given up on.
 
 Epoch bumps. An idempotent (non-transactional) producer may bump its epoch *itself*: it
@@ -38,6 +38,7 @@ from aiokprod.producer.partition import PartitionProducer, Partitions
 from aiokprod.producer.producer_id_state import (
     TRANSITIONS,
     Event,
+    ProducerIdHolder,
     ProducerIdState,
     Transition,
     next_state,
@@ -45,8 +46,6 @@ from aiokprod.producer.producer_id_state import (
 from aiokprod.producer.retry_policy import Action, RetryDecision, classify
 from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
-    MAX_PRODUCER_EPOCH,
-    NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     InFlightEntry,
     SequencedBatch,
@@ -99,7 +98,7 @@ class IdempotenceStatistics:
     unwritable_batches: int = 0
 
 
-class IdempotenceManager:
+class IdempotenceManager(ProducerIdHolder):
     """Producer id, epoch and per-partition sequences of an idempotent producer.
 
     The sender calls, in its loop: ``needs_producer_id``/``init_producer_id_params``/
@@ -120,23 +119,10 @@ class IdempotenceManager:
         client_id: str = "",
         partitions: Partitions | None = None,
     ) -> None:
-        self._clock = clock
+        super().__init__(clock=clock, bump_via_init_producer_id=bump_via_init_producer_id,
+                         backoff=backoff, client_id=client_id)
         self._transactional = transactional  # INVALID_PRODUCER_EPOCH is then fatal
-        self._bump_via_broker = bump_via_init_producer_id  # KIP-360 instead of a local bump
-        self._bump_supported = True  # cleared by on_bump_unsupported: later bumps get new ids
         self._retries = retries  # for on_error calls that bring no RetryDecision
-        self._backoff = backoff
-        self._client_id = client_id
-        self._state = ProducerIdState.UNINITIALIZED
-        self._producer_id = NO_PRODUCER_ID
-        self._producer_epoch = NO_PRODUCER_EPOCH
-        # Counts producer id/epoch assignments (InitProducerId answers, local bumps). A
-        # partition whose generation differs is stale and restarts at sequence 0, even when
-        # the new pair equals the old one (a broker that lost its state hands it out again).
-        self._generation = 0
-        # The last pair we held, kept when it is dropped for a fresh id: an InitProducerId
-        # answer equal to it proves the broker forgot us, so no old sequence means anything.
-        self._last_pair: tuple[int, int] | None = None
         self._broker_state_losses = 0
         self._fatal_error: BaseException | None = None
         # the producer's partitions, shared with the accumulator (which queues their batches)
@@ -151,39 +137,14 @@ class IdempotenceManager:
         # takes them (take_doomed), removes them from the accumulator and fails them
         self._doomed: dict[SequencedBatch, BaseException] = {}
         self._unwritable_total = 0
-        self._epoch_bumps = 0
-        self._fresh_producer_ids = 0  # InitProducerId answers with a new id
         self._sequence_resets = 0
         self._retries_done = 0
         self._splits = 0
         self._unresolved_total = 0
         self._resolved_total = 0
-        self.last_bump_at: float | None = None  # clock time of the last epoch bump or new id
         self.last_error_at: float | None = None  # clock time of the last on_error, for logs
 
     # ---- state --------------------------------------------------------------------------
-
-    @property
-    def state(self) -> ProducerIdState:
-        return self._state
-
-    @property
-    def producer_id(self) -> int:
-        return self._producer_id
-
-    @property
-    def producer_epoch(self) -> int:
-        return self._producer_epoch
-
-    @property
-    def backoff(self) -> ExponentialBackoff | None:
-        """retry.backoff.ms / retry.backoff.max.ms, for InitProducerId retries too."""
-        return self._backoff
-
-    @property
-    def fatal_error(self) -> BaseException | None:
-        """Why the producer stopped (FATAL), else None."""
-        return self._fatal_error
 
     def partition_state(self, tp: TopicPartitionLike) -> PartitionProducer:
         """The partition's bookkeeping, created on first use."""
@@ -220,138 +181,31 @@ class IdempotenceManager:
         """``p``'s sequences belong to an earlier producer id/epoch assignment."""
         return p.is_stale(self._producer_id, self._producer_epoch, self._generation)
 
-    def _fire(self, event: Event) -> None:
-        target = next_state(self._state, event)
-        if target is not self._state:
-            log.debug("[client %s] producer id state %s -> %s on %s", self._client_id,
-                      self._state.name, target.name, event.name)
-        self._state = target
-
-    def fail_fatally(self, error: BaseException) -> None:
-        """Stop for good: every later ``can_send`` is False. The first cause is kept."""
-        if self._fatal_error is None:
-            self._fatal_error = error
-            log.error("[client %s] idempotent producer failed fatally: %s", self._client_id,
-                      error)
-        self._fire(Event.FATAL_ERROR)
-
-    # ---- producer id ----------------------------------------------------------------------
-
-    def needs_producer_id(self) -> bool:
-        """The sender must (keep trying to) send InitProducerId before anything else.
-
-        A fresh id replacing one we held waits until no batch is on the wire (librdkafka's
-        drain-before-reset): a broker that lost our state may hand out the same id and epoch
-        again, and a batch still travelling under the old pair would then land as if it were
-        the new numbering's — written twice, or ahead of batches appended before it. The wait
-        is bounded: every request on the wire is answered or fails by request.timeout.ms.
-        """
-        state = self._state
-        if state in (ProducerIdState.UNINITIALIZED, ProducerIdState.INITIALIZING):
-            fresh_id = True
-        elif self._bump_via_broker and state is ProducerIdState.BUMPING:
-            return True
-        elif self._bump_via_broker and state is ProducerIdState.BUMP_REQUIRED:
-            # init_producer_id_params turns this into a fresh-id request in these two cases
-            fresh_id = not self._bump_supported or self._producer_epoch >= MAX_PRODUCER_EPOCH
-        else:
-            return False
-        return not fresh_id or self._last_pair is None or not self._any_on_wire()
-
     def _any_on_wire(self) -> bool:
         return bool(self._expired_on_wire) or any(
             p.on_wire_count for p in self._partitions)
 
-    def init_producer_id_params(self) -> tuple[int, int]:
-        """(producer id, epoch) for the InitProducerId the sender is about to send.
-
-        Call it right before each attempt: it records that a request is under way. (-1, -1)
-        asks for a fresh id; the current pair asks the broker to bump the epoch (KIP-360).
-        """
-        state = self._state
-        if state is ProducerIdState.BUMP_REQUIRED and self._bump_via_broker:
-            if self._producer_epoch >= MAX_PRODUCER_EPOCH:
-                self._forget_producer_id(Event.EPOCH_EXHAUSTED)
-            elif not self._bump_supported:
-                self._forget_producer_id(Event.BUMP_UNSUPPORTED)
-            else:
-                self._fire(Event.BUMP_REQUEST_SENT)
-                return self._producer_id, self._producer_epoch
-        if self._state is ProducerIdState.UNINITIALIZED:
-            self._fire(Event.INIT_REQUEST_SENT)
-            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        if self._state is ProducerIdState.INITIALIZING:
-            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        if self._state is ProducerIdState.BUMPING:
-            return self._producer_id, self._producer_epoch
-        raise IllegalStateError(
-            f"idempotent producer: no InitProducerId is needed in state {self._state.name}")
-
     def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """InitProducerId succeeded. Every partition restarts at 0 once it can (step 3)."""
-        if producer_id < 0 or not 0 <= producer_epoch <= MAX_PRODUCER_EPOCH:
-            raise ValueError(f"invalid producer id/epoch from the broker: {producer_id}/"
-                             f"{producer_epoch}")
-        self._fire(Event.PRODUCER_ID_RECEIVED)
-        if producer_id == self._producer_id:
-            self._epoch_bumps += 1
-        else:
-            self._fresh_producer_ids += 1
-        state_lost = self._last_pair == (producer_id, producer_epoch)
-        self._producer_id = producer_id
-        self._producer_epoch = producer_epoch
-        self._last_pair = (producer_id, producer_epoch)
-        self._generation += 1
-        self.last_bump_at = self._clock()
-        log.info("[client %s] producer id %d epoch %d", self._client_id, producer_id,
-                 producer_epoch)
-        if state_lost:
-            # A broker never hands out the same id and epoch twice unless it lost what it
-            # knew about them (Tansu restarted with memory storage does). Every sequence we
-            # hold is then meaningless to it: each partition renumbers its held batches from
-            # 0 as soon as none is on the wire, instead of finishing them under sequences the
-            # broker would answer OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
-            self._broker_state_losses += 1
-            for p in self._partitions:
-                p.reset_requested = True
-                p.leader_holds_state = False
-                for entry in p.in_flight:
-                    # a broker that forgot us cannot tell a resend from a new batch, whatever
-                    # we do: what it may have written under the old pair is lost with its
-                    # state (memory storage), so these are renumbered and sent again
-                    entry.possibly_written = False
-            log.warning("[client %s] the broker handed out producer id %d epoch %d again: it "
-                        "lost our producer state; renumbering every partition's unacknowledged "
-                        "batches from sequence 0", self._client_id, producer_id, producer_epoch)
-
-    def on_epoch_bumped_by_broker(self, producer_id: int, producer_epoch: int) -> None:
-        """Transaction version 2 (KIP-890): every EndTxn answer carries a new epoch (or id)
-        the coordinator bumped itself. Taken like a KIP-360 bump: every partition restarts at
-        sequence 0 under it once nothing of the old epoch is held."""
-        if self._state is ProducerIdState.READY:
-            self._fire(Event.BUMP_REQUESTED)
-        self.init_producer_id_params()  # BUMP_REQUIRED -> BUMPING (or a fresh id's state)
-        self.on_producer_id(producer_id, producer_epoch)
-
-    def on_init_producer_id_failed(self, error: BaseException) -> None:
-        """InitProducerId failed: retriable errors are tried again, others are fatal."""
-        if getattr(error, "retriable", False):
-            self._fire(Event.INIT_FAILED)
-        else:
-            self.fail_fatally(error)
-
-    def on_bump_unsupported(self) -> None:
-        """The broker cannot bump an epoch (InitProducerId < v3): take a fresh id instead,
-        now and for every later bump. Every partition then restarts at sequence 0."""
-        self._bump_supported = False
-        self._forget_producer_id(Event.BUMP_UNSUPPORTED)
-
-    def _forget_producer_id(self, event: Event) -> None:
-        self._fire(event)
-        log.info("[client %s] dropping producer id %d epoch %d (%s): a new one is needed",
-                 self._client_id, self._producer_id, self._producer_epoch, event.name)
-        self._producer_id = NO_PRODUCER_ID
-        self._producer_epoch = NO_PRODUCER_EPOCH
+        if not self._take_pair(producer_id, producer_epoch):
+            return
+        # A broker never hands out the same id and epoch twice unless it lost what it
+        # knew about them (Tansu restarted with memory storage does). Every sequence we
+        # hold is then meaningless to it: each partition renumbers its held batches from
+        # 0 as soon as none is on the wire, instead of finishing them under sequences the
+        # broker would answer OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
+        self._broker_state_losses += 1
+        for p in self._partitions:
+            p.reset_requested = True
+            p.leader_holds_state = False
+            for entry in p.in_flight:
+                # a broker that forgot us cannot tell a resend from a new batch, whatever
+                # we do: what it may have written under the old pair is lost with its
+                # state (memory storage), so these are renumbered and sent again
+                entry.possibly_written = False
+        log.warning("[client %s] the broker handed out producer id %d epoch %d again: it "
+                    "lost our producer state; renumbering every partition's unacknowledged "
+                    "batches from sequence 0", self._client_id, producer_id, producer_epoch)
 
     def _request_reset(self, p: PartitionProducer, why: str) -> None:
         """Ask for bump epoch & reset SEQ for ``p`` (docs/idempotence.md, "bump and reset")."""
@@ -371,18 +225,7 @@ class IdempotenceManager:
         bump. ``can_send`` runs it, so calling it is optional; it is cheap and idempotent."""
         for key in list(self._with_unresolved):
             self.check_unresolved(self._partitions.get(*key))
-        if self._state is ProducerIdState.BUMP_REQUIRED and not self._bump_via_broker:
-            if self._producer_epoch >= MAX_PRODUCER_EPOCH:
-                self._forget_producer_id(Event.EPOCH_EXHAUSTED)
-                return
-            self._fire(Event.EPOCH_BUMPED_LOCALLY)
-            self._producer_epoch += 1
-            self._generation += 1
-            self._last_pair = (self._producer_id, self._producer_epoch)
-            self._epoch_bumps += 1
-            self.last_bump_at = self._clock() if now is None else now
-            log.info("[client %s] producer id %d: epoch bumped to %d", self._client_id,
-                     self._producer_id, self._producer_epoch)
+        self._bump_locally(now)
 
     def check_unresolved(self, tp: TopicPartitionLike) -> bool:
         """docs/idempotence.md 1: drop unresolved batches a later success proved written (1a); if

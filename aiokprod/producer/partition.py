@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["PartitionProducer", "Partitions"]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PartitionProducer:
     """Everything the producer holds for one partition: its queue of batches, the requests
     carrying its batches, and the idempotent producer's sequences, window and unresolved

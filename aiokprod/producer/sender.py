@@ -120,7 +120,6 @@ class Sender:
         self._max_request_size = max_request_size
         self._transaction_timeout_ms = transaction_timeout_ms
         self._client = client_id
-        self._on_ack = on_ack
         self._metrics = metrics
         self._clock = clock
         self._waker = Waker()
