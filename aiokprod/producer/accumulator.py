@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import ClusterView
+from aiokprod.producer.accumulator_drain import ReadyCheck, SenderSide
 from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
-from aiokprod.producer.sequences import insert_in_sequence_order
+from aiokprod.producer.partition import PartitionProducer, Partitions
 from aiokprod.records import (
     CompressionRatioEstimator,
     CompressionType,
     RecordBatchBuilder,
-    split_batch,
 )
 from aiokprod.records.columnar import ColumnarRows
 
@@ -59,14 +57,6 @@ def estimate_record_size(key: bytes | None, value: bytes | None,
     return size
 
 
-@dataclass
-class ReadyCheck:
-    ready_nodes: set[int] = field(default_factory=set)
-    # seconds until some batch becomes sendable on its own (linger/backoff); inf when none
-    next_ready_delay: float = float("inf")
-    unknown_leader_topics: set[str] = field(default_factory=set)
-
-
 @dataclass(frozen=True)
 class AccumulatorStatistics:
     partitions: int
@@ -79,18 +69,7 @@ class AccumulatorStatistics:
     muted_partitions: int = 0
 
 
-class _PartitionQueue:
-    """The batches of one partition, oldest first."""
-
-    __slots__ = ("batches", "partition", "topic")
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.batches: deque[ProducerBatch] = deque()
-
-
-class RecordAccumulator:
+class RecordAccumulator(SenderSide):
     def __init__(
         self,
         *,
@@ -104,6 +83,7 @@ class RecordAccumulator:
         retry_backoff: Callable[[int], float] | None = None,
         on_wakeup: Callable[[], None] = lambda: None,
         clock: Callable[[], float],
+        partitions: Partitions | None = None,
     ) -> None:
         self._pool = pool
         self.batch_size = batch_size
@@ -121,19 +101,24 @@ class RecordAccumulator:
         self._wakeup = on_wakeup
         self._clock = clock
         self._loop = asyncio.get_running_loop()
-        self._queues: dict[str, dict[int, _PartitionQueue]] = {}
+        # the producer's partitions, shared with idempotence (their sequences): each holds
+        # its queue of batches. by_topic is read directly on the append path.
+        self._partitions = partitions if partitions is not None else Partitions()
+        self._queues = self._partitions.by_topic
         self._incomplete: set[ProducerBatch] = set()  # created, not yet completed or failed
         self._flushes = 0  # flush() calls in progress: everything is sendable meanwhile
         self._closed = False  # close(): everything is sendable, no new appends
         self._drain_index: dict[int, int] = {}  # node → rotation start for fairness
         self._queued_records = 0  # incrementally kept for statistics()
         # max.in.flight.requests.per.connection=1 promises order without idempotence: a
-        # partition with a batch on the wire is muted — neither ready nor drained — so a later
-        # batch cannot overtake it through a new leader (Java's guaranteeMessageOrder)
+        # partition with a batch on the wire (PartitionProducer.wire_requests > 0) is muted --
+        # neither ready nor drained -- so a later batch cannot overtake it through a new
+        # leader (Java's guaranteeMessageOrder)
         self.guarantee_order = False
-        self._muted: set[tuple[str, int]] = set()
         # partitions grouped by leader, valid for one ClusterView (views are replaced, not mutated)
-        self._nodes_cache: tuple[ClusterView, dict[int, list[_PartitionQueue]]] | None = None
+        # (view, partitions created, by leader): views are replaced, not mutated
+        self._nodes_cache: tuple[ClusterView, int,
+                                 dict[int, list[tuple[PartitionProducer, int]]]] | None = None
         # an idempotent producer's record of each partition's sequence order (the sender sets
         # IdempotenceManager.retry_order here): retries go back by their place in it, so the
         # order has one owner instead of being re-derived from sequence numbers
@@ -321,7 +306,7 @@ class RecordAccumulator:
 
     def _new_batch(
         self,
-        queue: _PartitionQueue,
+        queue: PartitionProducer,
         buffer: bytearray,
         size: int,
         timestamp: int,
@@ -337,7 +322,7 @@ class RecordAccumulator:
         self._enqueue_new(queue, batch, appended=appended)
         self._queued_records += 1
 
-    def _open_batch(self, queue: _PartitionQueue, buffer: bytearray, size: int,
+    def _open_batch(self, queue: PartitionProducer, buffer: bytearray, size: int,
                     record_bytes: int, timestamp: int) -> ProducerBatch:
         """A new batch charged ``size`` bytes, of which ``record_bytes`` are for records, for
         a first record stamped ``timestamp``."""
@@ -348,7 +333,7 @@ class RecordAccumulator:
         return ProducerBatch(queue.topic, queue.partition, buffer, size, builder, self._clock(),
                              timestamp)
 
-    def _enqueue_new(self, queue: _PartitionQueue, batch: ProducerBatch, *, appended: bool
+    def _enqueue_new(self, queue: PartitionProducer, batch: ProducerBatch, *, appended: bool
                      ) -> None:
         if not appended:
             # cannot happen for an empty batch sized for the record; fail loudly, lose nothing
@@ -359,256 +344,14 @@ class RecordAccumulator:
         self._incomplete.add(batch)
         self._wakeup()
 
-    def _queue(self, topic: str, partition: int) -> _PartitionQueue:
-        parts = self._queues.get(topic)
-        if parts is None:
-            parts = self._queues[topic] = {}
-        queue = parts.get(partition)
-        if queue is None:
-            queue = parts[partition] = _PartitionQueue(topic, partition)
-            self._nodes_cache = None
-        return queue
+    def _queue(self, topic: str, partition: int) -> PartitionProducer:
+        return self._partitions.get(topic, partition)
 
     def queued_batches(self, topic: str, partition: int) -> list[ProducerBatch]:
         """The partition's queued batches, head first (for tests and diagnostics)."""
         parts = self._queues.get(topic)
         queue = parts.get(partition) if parts is not None else None
         return [] if queue is None else list(queue.batches)
-
-    # ---- the sender's side ---------------------------------------------------------------
-
-    def ready(self, view: ClusterView, now: float) -> ReadyCheck:
-        result = ReadyCheck()
-        exhausted = self._pool.waiters > 0
-        feed = self.on_queue_sizes
-        urgent = exhausted or self._flushes > 0 or self._closed
-        linger = self._linger
-        for topic, parts in self._queues.items():
-            meta = view.topics.get(topic)
-            if feed is not None and meta is not None:
-                # KIP-794: the adaptive partitioner steers new records away from long queues
-                feed(topic, [(p, meta.leader(p) if meta.leader(p) >= 0 else None,
-                              len(parts[p].batches) if p in parts else 0)
-                             for p in meta.partition_ids])
-            for partition, queue in parts.items():
-                batches = queue.batches
-                if not batches:
-                    continue
-                if self._muted and (topic, partition) in self._muted:
-                    continue  # its batch on the wire must be answered first
-                leader = meta.leader(partition) if meta is not None else -1
-                if leader < 0:
-                    result.unknown_leader_topics.add(topic)
-                    continue
-                if leader in result.ready_nodes:
-                    continue
-                first = batches[0]
-                if first.attempts > 0:
-                    wait_until = first.retry_at
-                    if now < wait_until:
-                        result.next_ready_delay = min(result.next_ready_delay, wait_until - now)
-                        continue
-                    result.ready_nodes.add(leader)
-                    continue
-                full = len(batches) > 1 or first.builder.is_full()
-                waited = now - first.created_at
-                if full or urgent or waited >= linger:
-                    result.ready_nodes.add(leader)
-                else:
-                    result.next_ready_delay = min(result.next_ready_delay, linger - waited)
-        return result
-
-    def drain(
-        self,
-        view: ClusterView,
-        nodes: Iterable[int],
-        max_request_size: int,
-        now: float,
-        can_send: Callable[[ProducerBatch], bool] = lambda b: True,
-        on_drain: Callable[[ProducerBatch], None] = lambda b: None,
-    ) -> dict[int, list[ProducerBatch]]:
-        """At most one request's worth of batches per node, rotating the starting partition.
-
-        ``can_send`` lets idempotence hold a partition back (docs/idempotence.md step 2);
-        ``on_drain`` assigns sequences before the batch is sealed (steps 3-5).
-        """
-        by_node = self._partitions_by_node(view)
-        result: dict[int, list[ProducerBatch]] = {}
-        for node in nodes:
-            queues = by_node.get(node)
-            if not queues:
-                continue
-            start = self._drain_index.get(node, 0) % len(queues)
-            taken: list[ProducerBatch] = []
-            size = 0
-            n = len(queues)
-            for i in range(n):
-                queue = queues[(start + i) % n]
-                if not queue.batches:
-                    continue
-                first = queue.batches[0]
-                if first.attempts > 0 and now < first.retry_at:
-                    continue
-                batch_size = first.size_in_bytes
-                if taken and size + batch_size > max_request_size:
-                    # D1: stop here; the rest goes in the next request
-                    self._drain_index[node] = (start + i) % n
-                    break
-                if self._muted and (queue.topic, queue.partition) in self._muted:
-                    continue
-                if not can_send(first):
-                    continue
-                queue.batches.popleft()
-                self._queued_records -= first.record_count
-                on_drain(first)
-                first.seal()
-                first.drained_at = now
-                taken.append(first)
-                size += first.size_in_bytes
-            else:
-                self._drain_index[node] = (start + 1) % n
-            if taken:
-                result[node] = taken
-        return result
-
-    def _partitions_by_node(self, view: ClusterView) -> dict[int, list[_PartitionQueue]]:
-        cached = self._nodes_cache
-        if cached is not None and cached[0] is view:
-            return cached[1]
-        by_node: dict[int, list[_PartitionQueue]] = {}
-        for topic, parts in self._queues.items():
-            meta = view.topics.get(topic)
-            if meta is None:
-                continue
-            for partition, queue in sorted(parts.items()):
-                leader = meta.leader(partition)
-                if leader >= 0:
-                    by_node.setdefault(leader, []).append(queue)
-        self._nodes_cache = (view, by_node)
-        return by_node
-
-    def reenqueue(self, batch: ProducerBatch, now: float, *, front: bool = False) -> None:
-        """Put a batch back for a retry, in sequence order among the partition's batches.
-
-        docs/idempotence.md step 8b: a retried idempotent batch must go back before any batch
-        with a later sequence, or the broker would see a gap. Batches never drained (sequence -1)
-        stay last.
-        "Later" is the place in ``retry_order`` (idempotence's in-flight list, the one owner of
-        the order) when set; otherwise wrap-aware sequence order
-        (``sequences.insert_in_sequence_order``). A plain ``>`` on sequences put a retry of
-        2**31-2 behind one of 1, and the partition stalled, since idempotence sends only the
-        first held batch while retrying. ``front`` is kept for callers; an unnumbered batch
-        always goes back to the head.
-        """
-        batch.attempts += 1
-        batch.in_retry = True
-        batch.last_attempt_at = now
-        batch.retry_at = now + self._retry_backoff(batch.attempts - 1) / 1000
-        queue = self._queue(batch.topic, batch.partition)
-        batches = queue.batches
-        if batch.base_sequence < 0:
-            # never numbered (idempotence off, or a split of an unnumbered batch): it was
-            # drained from the head, so it goes back to the head
-            batches.appendleft(batch)
-        else:
-            order = self.retry_order(batch) if self.retry_order is not None else ()
-            place = {id(b): i for i, b in enumerate(order)}
-            mine = place.get(id(batch))
-            if mine is None:
-                # not tracked by an owner: wrap-aware sequence order (sequences.py)
-                insert_in_sequence_order(batches, batch)
-            else:
-                # before every queued batch that comes later in the owner's order, and before
-                # every batch not numbered yet
-                index = 0
-                for other in batches:
-                    rank = place.get(id(other))
-                    if rank is None or rank > mine:
-                        break
-                    index += 1
-                batches.insert(index, batch)
-        self._queued_records += batch.record_count
-        self._wakeup()
-
-    def split(self, batch: ProducerBatch, now: float) -> list[ProducerBatch]:
-        """docs/compression.md S1-S5: re-cut a batch the broker refused as too large.
-
-        The estimate is reset to max(1.0, observed) (step 2) so the new batches are sized with
-        it; records are decompressed and re-appended by ``batch_size`` (step 3), each new batch
-        keeps its records' futures in order. Like the Java client, the new buffers come from
-        outside the pool (they replace the old batch's, which is released now). The caller
-        gives them sequences (idempotence) and re-enqueues them.
-        """
-        observed = batch.builder.observed_ratio or 1.0
-        ratio = 1.0
-        if self._estimator is not None and self.compression is not CompressionType.NONE:
-            ratio = self._estimator.reset(batch.topic, self.compression, observed)
-        assert batch.sealed is not None
-        # Re-cut by batch.size (S3) — unless the refused batch was no larger than that: the
-        # broker's limit (message.max.bytes, the topic's max.message.bytes) is then below
-        # batch.size, and re-cutting by it would give back the same batch, refused forever.
-        # Aim at half of what was refused instead; a batch refused again halves again, down to
-        # single records, which fail as too large on their own (S1).
-        limit = self.batch_size
-        if len(batch.sealed) <= limit:
-            limit = max(1, len(batch.sealed) // 2)
-        groups = split_batch(batch.sealed, limit, estimated_ratio=ratio)
-        created: list[ProducerBatch] = []
-        index = 0  # offset delta of the group's first record in the old batch
-        kept = 0
-        for group in groups:
-            builder = RecordBatchBuilder(
-                bytearray(), write_limit=self.batch_size, compression=self.compression,
-                compression_level=self._compression_level, estimated_ratio=ratio)
-            new = ProducerBatch(batch.topic, batch.partition, builder.buffer, 0, builder,
-                                batch.created_at, group[0].timestamp)
-            for record in group:
-                if not builder.try_append(record.timestamp, record.key, record.value,
-                                          record.headers):
-                    # split_batch promises every group fits a batch configured like this one
-                    raise RuntimeError("a split group did not fit its batch")
-            end = index + len(group)
-            # each record's delivery follows it, offset delta and timestamp rebased on the group
-            moved = [(f, d - index, t - new.ts_base, k, v)
-                     for f, d, t, k, v in batch.delivery_records() if index <= d < end]
-            new.deliveries = [slot for record in moved for slot in record]
-            kept += len(moved)
-            if batch.segments is not None:
-                new.segments = _rebase_segments(batch.segments, index, end)
-                kept += sum(count for _b, _p, count, _d in new.segments)
-            index = end
-            self._incomplete.add(new)
-            created.append(new)
-        if kept != batch.record_count:
-            raise RuntimeError(f"split kept {kept} of {batch.record_count} records")
-        batch.done = True
-        batch.final_state = "split"
-        self.release(batch)
-        return created
-
-    def expire(self, now: float) -> list[ProducerBatch]:
-        """Batches still queued past ``delivery_timeout_ms``: removed, for the sender to fail."""
-        expired: list[ProducerBatch] = []
-        deadline = self._delivery_timeout
-        for parts in self._queues.values():
-            for queue in parts.values():
-                batches = queue.batches
-                while batches and now - batches[0].created_at >= deadline:
-                    batch = batches.popleft()
-                    self._queued_records -= batch.record_count
-                    expired.append(batch)
-        return expired
-
-    def delivery_timeout_error(self, batch: ProducerBatch, now: float) -> KafkaTimeoutError:
-        return KafkaTimeoutError(
-            f"Expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
-            f"{int((now - batch.created_at) * 1000)} ms has passed since batch creation "
-            f"(delivery.timeout.ms={int(self._delivery_timeout * 1000)})")
-
-    def next_expiry_delay(self, now: float) -> float:
-        oldest = min((q.batches[0].created_at for parts in self._queues.values()
-                      for q in parts.values() if q.batches), default=None)
-        return float("inf") if oldest is None else max(0.0, oldest + self._delivery_timeout - now)
 
     def release(self, batch: ProducerBatch) -> None:
         """The batch is finished: forget it and return its memory."""
@@ -671,14 +414,9 @@ class RecordAccumulator:
     def incomplete_batches(self) -> list[ProducerBatch]:
         return list(self._incomplete)
 
-    def mute(self, topic: str, partition: int) -> None:
-        """A batch of the partition went on the wire (only with ``guarantee_order``)."""
-        self._muted.add((topic, partition))
-
-    def unmute(self, topic: str, partition: int) -> None:
-        """The partition's batch on the wire was answered (or failed): it may send again."""
-        if self._muted:
-            self._muted.discard((topic, partition))
+    def partition(self, topic: str, partition: int) -> PartitionProducer:
+        """The partition's object (created on first use)."""
+        return self._partitions.get(topic, partition)
 
     def topic_in_use(self, topic: str) -> bool:
         """Records of ``topic`` are queued: its metadata must not expire (the sender still
@@ -689,10 +427,14 @@ class RecordAccumulator:
     def forget_topic(self, topic: str) -> bool:
         """Drop the topic's (empty) queues after it expired from metadata; False, keeping
         them, if any batch is still queued."""
-        if self.topic_in_use(topic):
-            return False
-        if self._queues.pop(topic, None) is not None:
-            self._nodes_cache = None
+        parts = self._queues.get(topic)
+        if parts is None:
+            return True
+        if any(p.batches or p.wire_requests or p.in_flight or p.unresolved or p.next_sequence
+               for p in parts.values()):
+            return False  # queued, on the wire, or sequences idempotence decides about
+        for partition in list(parts):
+            self._partitions.drop(topic, partition)
         return True
 
     def statistics(self) -> AccumulatorStatistics:
@@ -704,22 +446,11 @@ class RecordAccumulator:
             incomplete_batches=len(self._incomplete),
             flushes_in_progress=self._flushes,
             closed=self._closed,
-            muted_partitions=len(self._muted),
+            muted_partitions=sum(1 for p in self._partitions if p.wire_requests)
+            if self.guarantee_order else 0,
         )
 
     def __repr__(self) -> str:
         s = self.statistics()
         return (f"<RecordAccumulator partitions={s.partitions} queued_batches={s.queued_batches} "
                 f"queued_records={s.queued_records} incomplete={s.incomplete_batches}>")
-
-
-def _rebase_segments(
-    segments: list[tuple[BulkDelivery, int, int, int]], lo: int, hi: int
-) -> list[tuple[BulkDelivery, int, int, int]]:
-    """The parts of bulk segments whose records have offset deltas in [lo, hi), rebased."""
-    out = []
-    for bulk, position, count, delta in segments:
-        first, last = max(delta, lo), min(delta + count, hi)
-        if first < last:
-            out.append((bulk, position + (first - delta), last - first, first - lo))
-    return out

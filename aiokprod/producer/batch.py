@@ -44,6 +44,8 @@ class ProducerBatch:
         "final_state",
         "in_retry",
         "last_attempt_at",
+        "leader_epoch",
+        "on_wire",
         "partition",
         "producer_epoch",
         "producer_id",
@@ -94,6 +96,12 @@ class ProducerBatch:
         self.last_attempt_at = now  # retry backoff counts from here
         self.retry_at = 0.0  # not sendable before this monotonic time (retry backoff)
         self.drained_at = 0.0  # when the current attempt left the accumulator
+        # the partition's leader epoch when its last attempt was drained (-1: unknown). A retry
+        # whose partition has a newer leader since goes at once, without the retry backoff:
+        # the error was most likely the old leader's (Java's hasLeaderChangedForTheOngoingRetry)
+        self.leader_epoch = -1
+        # in a request not answered yet (counted in its PartitionProducer.wire_requests)
+        self.on_wire = False
         self.in_retry = False  # re-enqueued after an error
         self.producer_id = -1  # idempotence: stamped at drain
         self.producer_epoch = -1

@@ -92,7 +92,7 @@ class CoordinatorClient:
                 if not err.retriable and ErrorCode.of(code) not in _RELOOKUP | _RETRY:
                     raise err(f"FindCoordinator({key!r}): {message or err.message}")
                 log.debug("[client %s] FindCoordinator(%r): %s", self._client, key, err.__name__)
-            except (KafkaConnectionError, KafkaTimeoutError, ProtocolError, OSError) as exc:
+            except (KafkaConnectionError, KafkaTimeoutError, ProtocolError) as exc:
                 log.debug("[client %s] FindCoordinator(%r): %s", self._client, key, exc)
             attempt += 1
             await self.sleep_backoff(attempt, deadline, f"FindCoordinator({key!r})")
@@ -153,7 +153,7 @@ class CoordinatorClient:
                     concurrent += 1
                     await asyncio.sleep(min(delay, max(0.0, deadline - self._clock())))
                     continue
-            except (KafkaConnectionError, KafkaTimeoutError, ProtocolError, OSError) as exc:
+            except (KafkaConnectionError, KafkaTimeoutError, ProtocolError) as exc:
                 # the coordinator went away, did not answer (Tansu closes the connection
                 # instead of answering a fenced EndTxn) or answered bytes we refuse (the
                 # connection is closed then): look it up again, within the deadline

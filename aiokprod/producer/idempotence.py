@@ -1,12 +1,12 @@
-"""The idempotent producer's state machine (docs/idempotence.md): decisions only, no I/O.
+"""The idempotent producer's decisions (docs/idempotence.md): no I/O.
 
-The sender performs I/O and reports what happened; this module decides. Two layers:
-
-* the producer id: :class:`ProducerIdState` and :data:`TRANSITIONS`, a table from
-  (state, event) to the next state, each naming the rule it implements. An event
-  the table does not list raises :class:`~aiokprod.errors.IllegalStateError`;
-* per partition (``sequences.PartitionSequenceState``): sequences, in-flight and unresolved
-  batches, the KIP-1269 in-flight window, following the sending steps of docs/idempotence.md.
+The sender performs I/O and reports what happened; this module decides. The producer id and
+epoch are ``producer_id_state.ProducerIdHolder``'s (the state machine the manager extends);
+the manager applies each outcome to the partition it concerns. The partition's own rules --
+which batch may go, when it renumbers, which held batches can no longer be written -- are
+methods of ``partition.PartitionProducer``, the one object that holds that partition's queue,
+sequences, in-flight and unresolved batches and KIP-1269 window. What stays here is what spans
+partitions: one bump or new id for all of them, the counts, the batches given up on.
 
 Epoch bumps. An idempotent (non-transactional) producer may bump its epoch *itself*: it
 maintains its own epoch, and the broker accepts a higher epoch whose first sequence is 0
@@ -25,7 +25,6 @@ partition first lets its old-epoch batches finish under the old epoch.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -35,15 +34,20 @@ from typing import cast
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError, error_for_code
+from aiokprod.producer.partition import PartitionProducer, Partitions
+from aiokprod.producer.producer_id_state import (
+    TRANSITIONS,
+    Event,
+    ProducerIdHolder,
+    ProducerIdState,
+    Transition,
+    next_state,
+)
 from aiokprod.producer.retry_policy import Action, RetryDecision, classify
 from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
-    LEADER_STATE_IDLE_S,
-    MAX_PRODUCER_EPOCH,
-    NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     InFlightEntry,
-    PartitionSequenceState,
     SequencedBatch,
     TopicPartitionLike,
     UnresolvedRange,
@@ -66,97 +70,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _TP = tuple[str, int]
-
-
-class ProducerIdState(enum.Enum):
-    """Where the producer id and epoch stand."""
-
-    #: No producer id: InitProducerId(-1, -1) is needed before anything is sent.
-    UNINITIALIZED = "uninitialized"
-    #: InitProducerId for a fresh id is under way.
-    INITIALIZING = "initializing"
-    #: The id and epoch are usable: new batches are stamped with them.
-    READY = "ready"
-    #: A partition needs a new epoch; applied before the next drain (or sent to the broker).
-    BUMP_REQUIRED = "bump_required"
-    #: InitProducerId(current id, epoch) is under way (KIP-360 mode only).
-    BUMPING = "bumping"
-    #: Unusable for good: every later send fails with ``fatal_error``.
-    FATAL = "fatal"
-
-
-class Event(enum.Enum):
-    """What can happen to the producer id."""
-
-    INIT_REQUEST_SENT = "init_request_sent"
-    BUMP_REQUEST_SENT = "bump_request_sent"
-    PRODUCER_ID_RECEIVED = "producer_id_received"
-    INIT_FAILED = "init_failed"  # a retriable InitProducerId failure
-    BUMP_REQUESTED = "bump_requested"
-    EPOCH_BUMPED_LOCALLY = "epoch_bumped_locally"
-    EPOCH_EXHAUSTED = "epoch_exhausted"
-    BUMP_UNSUPPORTED = "bump_unsupported"
-    FATAL_ERROR = "fatal_error"
-
-
-@dataclass(frozen=True)
-class Transition:
-    """One row of the table: where an event leads, and the rule that says so."""
-
-    target: ProducerIdState
-    rule: str
-
-
-_S = ProducerIdState
-_E = Event
-
-#: (state, event) → next state. Anything else is illegal: next_state raises IllegalStateError.
-TRANSITIONS: dict[tuple[ProducerIdState, Event], Transition] = {
-    (_S.UNINITIALIZED, _E.INIT_REQUEST_SENT): Transition(
-        _S.INITIALIZING, "InitProducerId: the broker assigns the producer id"),
-    (_S.INITIALIZING, _E.PRODUCER_ID_RECEIVED): Transition(
-        _S.READY, "InitProducerId answered: producer id and epoch known, sending may start"),
-    (_S.INITIALIZING, _E.INIT_FAILED): Transition(
-        _S.UNINITIALIZED, "Java TransactionManager: a retriable InitProducerId error is retried"),
-    (_S.READY, _E.BUMP_REQUESTED): Transition(
-        _S.BUMP_REQUIRED, "docs/idempotence.md step 1b/6/8a/8b: bump epoch and reset sequences"),
-    (_S.BUMP_REQUIRED, _E.BUMP_REQUESTED): Transition(
-        _S.BUMP_REQUIRED, "docs/idempotence.md step 8: one bump serves every partition"),
-    (_S.BUMPING, _E.BUMP_REQUESTED): Transition(
-        _S.BUMPING, "docs/idempotence.md step 8: the bump under way serves this too"),
-    (_S.UNINITIALIZED, _E.BUMP_REQUESTED): Transition(
-        _S.UNINITIALIZED, "docs/idempotence.md: a new producer id resets every sequence anyway"),
-    (_S.INITIALIZING, _E.BUMP_REQUESTED): Transition(
-        _S.INITIALIZING, "docs/idempotence.md: a new producer id resets every sequence anyway"),
-    (_S.BUMP_REQUIRED, _E.EPOCH_BUMPED_LOCALLY): Transition(
-        _S.READY, "Java: the idempotent producer keeps its epoch itself (check B3)"),
-    (_S.BUMP_REQUIRED, _E.EPOCH_EXHAUSTED): Transition(
-        _S.UNINITIALIZED, "the epoch is int16: past 32767 request a new producer id"),
-    (_S.BUMP_REQUIRED, _E.BUMP_REQUEST_SENT): Transition(
-        _S.BUMPING, "KIP-360: InitProducerId with the current PID and epoch bumps the epoch"),
-    (_S.BUMPING, _E.PRODUCER_ID_RECEIVED): Transition(
-        _S.READY, "KIP-360: the broker returned the bumped epoch"),
-    (_S.BUMPING, _E.INIT_FAILED): Transition(
-        _S.BUMP_REQUIRED, "Java TransactionManager: a retriable InitProducerId error is retried"),
-    (_S.BUMPING, _E.BUMP_UNSUPPORTED): Transition(
-        _S.UNINITIALIZED, "KIP-360 fallback: a broker without the bump gives a new PID instead"),
-    (_S.BUMP_REQUIRED, _E.BUMP_UNSUPPORTED): Transition(
-        _S.UNINITIALIZED, "KIP-360 fallback: a broker without the bump gives a new PID instead"),
-    **{
-        (state, _E.FATAL_ERROR): Transition(
-            _S.FATAL, "after a fatal error nothing more is sent: close and build a new producer")
-        for state in ProducerIdState
-    },
-}
-
-
-def next_state(state: ProducerIdState, event: Event) -> ProducerIdState:
-    """The state ``event`` leads to from ``state``; raises IllegalStateError if none."""
-    transition = TRANSITIONS.get((state, event))
-    if transition is None:
-        raise IllegalStateError(
-            f"idempotent producer: event {event.name} is not allowed in state {state.name}")
-    return transition.target
 
 
 @dataclass(frozen=True)
@@ -185,7 +98,7 @@ class IdempotenceStatistics:
     unwritable_batches: int = 0
 
 
-class IdempotenceManager:
+class IdempotenceManager(ProducerIdHolder):
     """Producer id, epoch and per-partition sequences of an idempotent producer.
 
     The sender calls, in its loop: ``needs_producer_id``/``init_producer_id_params``/
@@ -204,27 +117,16 @@ class IdempotenceManager:
         retries: int = 2**31 - 1,
         backoff: ExponentialBackoff | None = None,
         client_id: str = "",
+        partitions: Partitions | None = None,
     ) -> None:
-        self._clock = clock
+        super().__init__(clock=clock, bump_via_init_producer_id=bump_via_init_producer_id,
+                         backoff=backoff, client_id=client_id)
         self._transactional = transactional  # INVALID_PRODUCER_EPOCH is then fatal
-        self._bump_via_broker = bump_via_init_producer_id  # KIP-360 instead of a local bump
-        self._bump_supported = True  # cleared by on_bump_unsupported: later bumps get new ids
         self._retries = retries  # for on_error calls that bring no RetryDecision
-        self._backoff = backoff
-        self._client_id = client_id
-        self._state = ProducerIdState.UNINITIALIZED
-        self._producer_id = NO_PRODUCER_ID
-        self._producer_epoch = NO_PRODUCER_EPOCH
-        # Counts producer id/epoch assignments (InitProducerId answers, local bumps). A
-        # partition whose generation differs is stale and restarts at sequence 0, even when
-        # the new pair equals the old one (a broker that lost its state hands it out again).
-        self._generation = 0
-        # The last pair we held, kept when it is dropped for a fresh id: an InitProducerId
-        # answer equal to it proves the broker forgot us, so no old sequence means anything.
-        self._last_pair: tuple[int, int] | None = None
         self._broker_state_losses = 0
         self._fatal_error: BaseException | None = None
-        self._partitions: dict[_TP, PartitionSequenceState] = {}
+        # the producer's partitions, shared with the accumulator (which queues their batches)
+        self._partitions = partitions if partitions is not None else Partitions()
         self._with_unresolved: set[_TP] = set()  # step 1 visits only these
         self._in_flight_total = 0
         # batches failed by delivery.timeout.ms while their request was still unanswered: the
@@ -235,52 +137,28 @@ class IdempotenceManager:
         # takes them (take_doomed), removes them from the accumulator and fails them
         self._doomed: dict[SequencedBatch, BaseException] = {}
         self._unwritable_total = 0
-        self._epoch_bumps = 0
-        self._fresh_producer_ids = 0  # InitProducerId answers with a new id
         self._sequence_resets = 0
         self._retries_done = 0
         self._splits = 0
         self._unresolved_total = 0
         self._resolved_total = 0
-        self.last_bump_at: float | None = None  # clock time of the last epoch bump or new id
         self.last_error_at: float | None = None  # clock time of the last on_error, for logs
 
     # ---- state --------------------------------------------------------------------------
 
-    @property
-    def state(self) -> ProducerIdState:
-        return self._state
-
-    @property
-    def producer_id(self) -> int:
-        return self._producer_id
-
-    @property
-    def producer_epoch(self) -> int:
-        return self._producer_epoch
-
-    @property
-    def fatal_error(self) -> BaseException | None:
-        """Why the producer stopped (FATAL), else None."""
-        return self._fatal_error
-
-    def partition_state(self, tp: TopicPartitionLike) -> PartitionSequenceState:
+    def partition_state(self, tp: TopicPartitionLike) -> PartitionProducer:
         """The partition's bookkeeping, created on first use."""
-        key = (tp.topic, tp.partition)
-        state = self._partitions.get(key)
-        if state is None:
-            state = self._partitions[key] = PartitionSequenceState(tp.topic, tp.partition)
-        return state
+        return self._partitions.get(tp.topic, tp.partition)
 
     def retry_order(self, batch: SequencedBatch) -> list[SequencedBatch]:
         """The batches of ``batch``'s partition that hold a sequence, in sequence order.
 
-        ``PartitionSequenceState.in_flight`` is the one record of a partition's sequence order
+        ``PartitionProducer.in_flight`` is the one record of a partition's sequence order
         (new batches are appended as they are numbered, a split takes its batch's place, a
         reset renumbers in place), so the accumulator puts a retry back by its place in this
         list instead of comparing sequence numbers itself.
         """
-        p = self._partitions.get((batch.topic, batch.partition))
+        p = self._partitions.find(batch.topic, batch.partition)
         return [] if p is None else [entry.batch for entry in p.in_flight]
 
     def forget_topic(self, topic: str) -> int:
@@ -291,152 +169,45 @@ class IdempotenceManager:
         answer OUT_OF_ORDER_SEQUENCE_NUMBER. What is dropped is the state of partitions never
         written, or written under an id/epoch since replaced. Returns how many were dropped.
         """
-        drop = [key for key, p in self._partitions.items()
-                if key[0] == topic and not p.in_flight and not p.unresolved
-                and (p.next_sequence == 0 or self._is_stale(p))]
-        for key in drop:
-            del self._partitions[key]
-            self._with_unresolved.discard(key)
+        drop = [p for p in self._partitions.by_topic.get(topic, {}).values()
+                if not p.batches and not p.wire_requests and not p.in_flight
+                and not p.unresolved and (p.next_sequence == 0 or self._is_stale(p))]
+        for p in drop:
+            self._partitions.drop(p.topic, p.partition)
+            self._with_unresolved.discard((p.topic, p.partition))
         return len(drop)
 
-    def _is_stale(self, p: PartitionSequenceState) -> bool:
+    def _is_stale(self, p: PartitionProducer) -> bool:
         """``p``'s sequences belong to an earlier producer id/epoch assignment."""
         return p.is_stale(self._producer_id, self._producer_epoch, self._generation)
 
-    def _fire(self, event: Event) -> None:
-        target = next_state(self._state, event)
-        if target is not self._state:
-            log.debug("[client %s] producer id state %s -> %s on %s", self._client_id,
-                      self._state.name, target.name, event.name)
-        self._state = target
-
-    def fail_fatally(self, error: BaseException) -> None:
-        """Stop for good: every later ``can_send`` is False. The first cause is kept."""
-        if self._fatal_error is None:
-            self._fatal_error = error
-            log.error("[client %s] idempotent producer failed fatally: %s", self._client_id,
-                      error)
-        self._fire(Event.FATAL_ERROR)
-
-    # ---- producer id ----------------------------------------------------------------------
-
-    def needs_producer_id(self) -> bool:
-        """The sender must (keep trying to) send InitProducerId before anything else.
-
-        A fresh id replacing one we held waits until no batch is on the wire (librdkafka's
-        drain-before-reset): a broker that lost our state may hand out the same id and epoch
-        again, and a batch still travelling under the old pair would then land as if it were
-        the new numbering's — written twice, or ahead of batches appended before it. The wait
-        is bounded: every request on the wire is answered or fails by request.timeout.ms.
-        """
-        state = self._state
-        if state in (ProducerIdState.UNINITIALIZED, ProducerIdState.INITIALIZING):
-            fresh_id = True
-        elif self._bump_via_broker and state is ProducerIdState.BUMPING:
-            return True
-        elif self._bump_via_broker and state is ProducerIdState.BUMP_REQUIRED:
-            # init_producer_id_params turns this into a fresh-id request in these two cases
-            fresh_id = not self._bump_supported or self._producer_epoch >= MAX_PRODUCER_EPOCH
-        else:
-            return False
-        return not fresh_id or self._last_pair is None or not self._any_on_wire()
-
     def _any_on_wire(self) -> bool:
         return bool(self._expired_on_wire) or any(
-            p.on_wire_count for p in self._partitions.values())
-
-    def init_producer_id_params(self) -> tuple[int, int]:
-        """(producer id, epoch) for the InitProducerId the sender is about to send.
-
-        Call it right before each attempt: it records that a request is under way. (-1, -1)
-        asks for a fresh id; the current pair asks the broker to bump the epoch (KIP-360).
-        """
-        state = self._state
-        if state is ProducerIdState.BUMP_REQUIRED and self._bump_via_broker:
-            if self._producer_epoch >= MAX_PRODUCER_EPOCH:
-                self._forget_producer_id(Event.EPOCH_EXHAUSTED)
-            elif not self._bump_supported:
-                self._forget_producer_id(Event.BUMP_UNSUPPORTED)
-            else:
-                self._fire(Event.BUMP_REQUEST_SENT)
-                return self._producer_id, self._producer_epoch
-        if self._state is ProducerIdState.UNINITIALIZED:
-            self._fire(Event.INIT_REQUEST_SENT)
-            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        if self._state is ProducerIdState.INITIALIZING:
-            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        if self._state is ProducerIdState.BUMPING:
-            return self._producer_id, self._producer_epoch
-        raise IllegalStateError(
-            f"idempotent producer: no InitProducerId is needed in state {self._state.name}")
+            p.on_wire_count for p in self._partitions)
 
     def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """InitProducerId succeeded. Every partition restarts at 0 once it can (step 3)."""
-        if producer_id < 0 or not 0 <= producer_epoch <= MAX_PRODUCER_EPOCH:
-            raise ValueError(f"invalid producer id/epoch from the broker: {producer_id}/"
-                             f"{producer_epoch}")
-        self._fire(Event.PRODUCER_ID_RECEIVED)
-        if producer_id == self._producer_id:
-            self._epoch_bumps += 1
-        else:
-            self._fresh_producer_ids += 1
-        state_lost = self._last_pair == (producer_id, producer_epoch)
-        self._producer_id = producer_id
-        self._producer_epoch = producer_epoch
-        self._last_pair = (producer_id, producer_epoch)
-        self._generation += 1
-        self.last_bump_at = self._clock()
-        log.info("[client %s] producer id %d epoch %d", self._client_id, producer_id,
-                 producer_epoch)
-        if state_lost:
-            # A broker never hands out the same id and epoch twice unless it lost what it
-            # knew about them (Tansu restarted with memory storage does). Every sequence we
-            # hold is then meaningless to it: each partition renumbers its held batches from
-            # 0 as soon as none is on the wire, instead of finishing them under sequences the
-            # broker would answer OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
-            self._broker_state_losses += 1
-            for p in self._partitions.values():
-                p.reset_requested = True
-                p.leader_holds_state = False
-                for entry in p.in_flight:
-                    # a broker that forgot us cannot tell a resend from a new batch, whatever
-                    # we do: what it may have written under the old pair is lost with its
-                    # state (memory storage), so these are renumbered and sent again
-                    entry.possibly_written = False
-            log.warning("[client %s] the broker handed out producer id %d epoch %d again: it "
-                        "lost our producer state; renumbering every partition's unacknowledged "
-                        "batches from sequence 0", self._client_id, producer_id, producer_epoch)
+        if not self._take_pair(producer_id, producer_epoch):
+            return
+        # A broker never hands out the same id and epoch twice unless it lost what it
+        # knew about them (Tansu restarted with memory storage does). Every sequence we
+        # hold is then meaningless to it: each partition renumbers its held batches from
+        # 0 as soon as none is on the wire, instead of finishing them under sequences the
+        # broker would answer OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
+        self._broker_state_losses += 1
+        for p in self._partitions:
+            p.reset_requested = True
+            p.leader_holds_state = False
+            for entry in p.in_flight:
+                # a broker that forgot us cannot tell a resend from a new batch, whatever
+                # we do: what it may have written under the old pair is lost with its
+                # state (memory storage), so these are renumbered and sent again
+                entry.possibly_written = False
+        log.warning("[client %s] the broker handed out producer id %d epoch %d again: it "
+                    "lost our producer state; renumbering every partition's unacknowledged "
+                    "batches from sequence 0", self._client_id, producer_id, producer_epoch)
 
-    def on_epoch_bumped_by_broker(self, producer_id: int, producer_epoch: int) -> None:
-        """Transaction version 2 (KIP-890): every EndTxn answer carries a new epoch (or id)
-        the coordinator bumped itself. Taken like a KIP-360 bump: every partition restarts at
-        sequence 0 under it once nothing of the old epoch is held."""
-        if self._state is ProducerIdState.READY:
-            self._fire(Event.BUMP_REQUESTED)
-        self.init_producer_id_params()  # BUMP_REQUIRED -> BUMPING (or a fresh id's state)
-        self.on_producer_id(producer_id, producer_epoch)
-
-    def on_init_producer_id_failed(self, error: BaseException) -> None:
-        """InitProducerId failed: retriable errors are tried again, others are fatal."""
-        if getattr(error, "retriable", False):
-            self._fire(Event.INIT_FAILED)
-        else:
-            self.fail_fatally(error)
-
-    def on_bump_unsupported(self) -> None:
-        """The broker cannot bump an epoch (InitProducerId < v3): take a fresh id instead,
-        now and for every later bump. Every partition then restarts at sequence 0."""
-        self._bump_supported = False
-        self._forget_producer_id(Event.BUMP_UNSUPPORTED)
-
-    def _forget_producer_id(self, event: Event) -> None:
-        self._fire(event)
-        log.info("[client %s] dropping producer id %d epoch %d (%s): a new one is needed",
-                 self._client_id, self._producer_id, self._producer_epoch, event.name)
-        self._producer_id = NO_PRODUCER_ID
-        self._producer_epoch = NO_PRODUCER_EPOCH
-
-    def _request_reset(self, p: PartitionSequenceState, why: str) -> None:
+    def _request_reset(self, p: PartitionProducer, why: str) -> None:
         """Ask for bump epoch & reset SEQ for ``p`` (docs/idempotence.md, "bump and reset")."""
         if self._state is ProducerIdState.FATAL:
             return  # nothing is sent any more; no bump can matter
@@ -453,19 +224,8 @@ class IdempotenceManager:
         """Start of a send cycle: step 1 for every unresolved partition, then a pending local
         bump. ``can_send`` runs it, so calling it is optional; it is cheap and idempotent."""
         for key in list(self._with_unresolved):
-            self.check_unresolved(self._partitions[key])
-        if self._state is ProducerIdState.BUMP_REQUIRED and not self._bump_via_broker:
-            if self._producer_epoch >= MAX_PRODUCER_EPOCH:
-                self._forget_producer_id(Event.EPOCH_EXHAUSTED)
-                return
-            self._fire(Event.EPOCH_BUMPED_LOCALLY)
-            self._producer_epoch += 1
-            self._generation += 1
-            self._last_pair = (self._producer_id, self._producer_epoch)
-            self._epoch_bumps += 1
-            self.last_bump_at = self._clock() if now is None else now
-            log.info("[client %s] producer id %d: epoch bumped to %d", self._client_id,
-                     self._producer_id, self._producer_epoch)
+            self.check_unresolved(self._partitions.get(*key))
+        self._bump_locally(now)
 
     def check_unresolved(self, tp: TopicPartitionLike) -> bool:
         """docs/idempotence.md 1: drop unresolved batches a later success proved written (1a); if
@@ -506,23 +266,19 @@ class IdempotenceManager:
             self._doom_unrenumberable(p)
             if batch in self._doomed:
                 return False
-            return self._retry_allowed(p, self._held_entry(p, batch))
-        return self._new_batch_allowed(p, now)
+            return p.retry_allowed(p.held_entry(batch))
+        return p.new_batch_allowed(now, self._is_stale(p))
 
-    def _doom_unrenumberable(self, p: PartitionSequenceState) -> None:
+    def _doom_unrenumberable(self, p: PartitionProducer) -> None:
         """Before a partition renumbers its held batches (step 3), a batch that may already be
         written under its current numbering must not be renumbered: under a new producer id or
         epoch the broker cannot recognise it, and would write it a second time. It fails
         instead, and so does every held batch before it: had it been written, they could only
         be written after it, out of order (docs/idempotence.md, "A partition's first
         batches")."""
-        if not (p.reset_requested and p.in_flight and not p.on_wire_count
-                and self._is_stale(p)):
+        doomed = p.unrenumberable(self._is_stale(p))
+        if not doomed:
             return
-        last = max((i for i, e in enumerate(p.in_flight) if e.possibly_written), default=-1)
-        if last < 0:
-            return
-        doomed = p.in_flight[:last + 1]
         log.warning("[client %s] %s-%d: sequence(s) %s may already be written and cannot be "
                     "sent again under a new producer id or epoch; failing %d held batch(es) "
                     "instead of writing records twice or out of order", self._client_id,
@@ -537,36 +293,6 @@ class IdempotenceManager:
                "a later batch of this partition may already be written, and these would "
                "follow it out of order")))
 
-    def _held_entry(self, p: PartitionSequenceState, batch: SequencedBatch) -> InFlightEntry:
-        entry = p.entry_for(batch)
-        if entry is None:
-            raise IllegalStateError(
-                f"{p.topic}-{p.partition}: batch with sequence {batch.base_sequence} is not "
-                f"tracked (completed, expired or split) and must not be sent")
-        if entry.on_wire:
-            raise IllegalStateError(
-                f"{p.topic}-{p.partition}: batch with sequence {batch.base_sequence} is already "
-                f"on the wire; report its outcome (or on_not_sent) before sending it again")
-        return entry
-
-    def _new_batch_allowed(self, p: PartitionSequenceState, now: float) -> bool:
-        if p.unresolved:
-            return False  # step 2a
-        if p.in_flight:
-            if not p.leader_holds_state:
-                return False  # F1: a partition's first batches, one at a time until acknowledged
-        elif p.leader_holds_state and now - p.last_acked_at >= LEADER_STATE_IDLE_S:
-            p.leader_holds_state = False  # F1: idle; the leader may have forgotten us since
-        if p.retrying:
-            return False  # step 2c: retries go first, one at a time
-        if self._is_stale(p) and p.in_flight:
-            return False  # step 2b: old-epoch batches still in flight
-        return len(p.in_flight) < p.in_flight_limit  # KIP-1269
-
-    def _retry_allowed(self, p: PartitionSequenceState, entry: InFlightEntry) -> bool:
-        # step 2c: while retrying, one batch in flight, and only the first in sequence
-        return p.on_wire_count == 0 and p.first_in_flight() is entry
-
     def assign_sequence(self, batch: SequencedBatch) -> None:
         """Steps 3-5, for a batch ``can_send`` allowed, right before it is sent.
 
@@ -579,14 +305,14 @@ class IdempotenceManager:
             raise IllegalStateError(f"cannot assign a sequence in state {self._state.name}")
         p = self.partition_state(batch)
         if batch.base_sequence >= 0:
-            entry = self._held_entry(p, batch)
-            if not self._retry_allowed(p, entry):
+            entry = p.held_entry(batch)
+            if not p.retry_allowed(entry):
                 raise IllegalStateError(f"{p.topic}-{p.partition}: retry of sequence "
                                         f"{batch.base_sequence} is not allowed now (step 2c)")
             self._maybe_restart(p)
             p.mark_on_wire(entry, True)
             return
-        if not self._new_batch_allowed(p, self._clock()):
+        if not p.new_batch_allowed(self._clock(), self._is_stale(p)):
             raise IllegalStateError(f"{p.topic}-{p.partition}: a new batch may not be sent now "
                                     f"(step 2); ask can_send first")
         self._maybe_restart(p)
@@ -596,21 +322,15 @@ class IdempotenceManager:
         p.add(InFlightEntry(batch, on_wire=True, generation=p.generation))
         self._in_flight_total += 1
 
-    def _maybe_restart(self, p: PartitionSequenceState) -> None:
+    def _maybe_restart(self, p: PartitionProducer) -> None:
         """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
 
         It asked for the reset: its held batches are renumbered (nothing is on the wire, which
         the callers ensured). It did not: only once it holds nothing at all, so batches that
         may already be written finish under the old epoch, where the broker de-duplicates them.
         """
-        if not self._is_stale(p) or p.on_wire_count:
+        if not p.restart_due(self._is_stale(p)):
             return
-        if p.in_flight and not p.reset_requested:
-            return
-        written = [e.base_sequence for e in p.in_flight if e.possibly_written]
-        if written:
-            raise IllegalStateError(f"{p.topic}-{p.partition}: sequence(s) {written} may be "
-                                    f"written and must not be renumbered (can_send fails them)")
         if p.producer_id != NO_PRODUCER_ID:
             self._sequence_resets += 1  # the first start is not a reset
         p.restart_sequences(self._producer_id, self._producer_epoch, self._generation)
@@ -644,7 +364,7 @@ class IdempotenceManager:
             earlier = p.in_flight[:p.in_flight.index(entry)]
             p.remove(entry)
             self._in_flight_total -= 1
-        if batch.base_sequence >= 0 and self._speaks_of_current_numbering(p, entry, batch):
+        if batch.base_sequence >= 0 and p.speaks_of_current_numbering(entry, batch):
             p.leader_holds_state = True  # it checks our sequences from now on (B4)
             p.last_acked_at = self._clock()
             if entry is not None and not p.is_next_sequence(batch.base_sequence):
@@ -657,15 +377,14 @@ class IdempotenceManager:
         if p.unresolved:
             self.check_unresolved(p)
 
-    def _doom_overtaken(self, p: PartitionSequenceState, written: SequencedBatch,
+    def _doom_overtaken(self, p: PartitionProducer, written: SequencedBatch,
                         earlier: list[InFlightEntry]) -> None:
         """A later sequence was written while earlier held batches certainly were not (refused,
         or never sent): the broker had no state for us and took a gap. Those batches can no
         longer be written in order, so they fail instead (docs/idempotence.md, "A partition's
         first batches"). Earlier batches on the wire or perhaps written are left to their
         answers: they may well be in the log before this one."""
-        overtaken = [e for e in earlier if not e.on_wire and not e.possibly_written
-                     and e.generation == p.generation]
+        overtaken = p.overtaken(earlier)
         if not overtaken:
             return
         log.warning("[client %s] %s-%d: sequence %d was written while earlier sequence(s) %s "
@@ -679,7 +398,7 @@ class IdempotenceManager:
             f"partition (sequence {written.base_sequence}) first, so writing these now would "
             f"put them out of order"))
 
-    def _doom(self, p: PartitionSequenceState, entries: list[InFlightEntry],
+    def _doom(self, p: PartitionProducer, entries: list[InFlightEntry],
               error: Callable[[InFlightEntry], BaseException]) -> None:
         for entry in entries:
             p.remove(entry)
@@ -712,24 +431,6 @@ class IdempotenceManager:
         """
         entry = self.partition_state(batch).entry_for(batch)
         return entry is None or entry.possibly_written
-
-    @staticmethod
-    def _speaks_of_current_numbering(p: PartitionSequenceState, entry: InFlightEntry | None,
-                                     batch: SequencedBatch) -> bool:
-        """An answer for ``batch`` tells us about ``p``'s current sequences.
-
-        A tracked batch: if it was numbered in the partition's current generation. An
-        untracked one (it expired on the wire): only if it is one of the current generation's
-        unresolved ranges, the one case where its late success matters (step 1a). The header
-        alone cannot decide: after a broker lost its state, the same id and epoch return.
-        """
-        if entry is not None:
-            return entry.generation == p.generation and not p.is_stale(
-                batch.producer_id, batch.producer_epoch)
-        return any(r.base_sequence == batch.base_sequence and r.generation == p.generation
-                   and (r.producer_id, r.producer_epoch) == (batch.producer_id,
-                                                             batch.producer_epoch)
-                   for r in p.unresolved)
 
     def on_error(self, batch: SequencedBatch, error_code: int, now: float | None = None,
                  decision: RetryDecision | None = None) -> RetryDecision:
@@ -775,7 +476,7 @@ class IdempotenceManager:
             p.mark_retried(entry)  # held until on_split replaces it
             return decision
         if decision.action is Action.RETRY:
-            reset = self._needs_reset_before_retry(p, entry, code)
+            reset = p.needs_reset_before_retry(entry, code)
             p.mark_retried(entry)
             self._retries_done += 1
             if reset:
@@ -792,34 +493,7 @@ class IdempotenceManager:
         self._request_reset(p, f"{code.name} failed sequence {batch.base_sequence}, {why}")
         return replace(decision, reset_sequences=True)
 
-    def _needs_reset_before_retry(self, p: PartitionSequenceState, entry: InFlightEntry,
-                                  code: ErrorCode) -> bool:
-        """docs/idempotence.md step 8b, for UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER.
-
-        "Unless a SEQ reset already happened" is read per partition: a reset already requested
-        and not yet performed covers every answer that arrives before it. Answers from before
-        a reset cannot arrive after it here (a reset waits until nothing is on the wire), so
-        unlike Java no per-batch "sequence was reset" flag is needed, and a broker that loses
-        our state again later gets a new reset instead of endless retries.
-        """
-        if code not in (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
-            return False
-        if p.reset_requested:
-            return False  # the pending reset will renumber this batch too: just retry
-        if code is ErrorCode.UNKNOWN_PRODUCER_ID:
-            return True  # the broker lost our state (retention): bump & reset, then retry
-        # A real gap, proved by the broker, exists only when no batch we still hold comes
-        # before this one: then everything before it was acknowledged (the broker lost it),
-        # expired unresolved (then it was not written, or the broker would expect this batch),
-        # or failed (a reset is already pending). If an earlier batch is still held, being
-        # retried or on the wire, its own answer decides: it may be written (its response was
-        # lost) and renumbering it would write it twice, so this one just retries behind it.
-        # This is Java's "is it the next sequence" test (TransactionManager) and librdkafka's
-        # "first in-flight" test, read over what we hold rather than over the last
-        # acknowledgement alone, which after a broker restart or an expiry says nothing.
-        return p.first_in_flight() is entry
-
-    def _forget(self, p: PartitionSequenceState, entry: InFlightEntry | None) -> None:
+    def _forget(self, p: PartitionProducer, entry: InFlightEntry | None) -> None:
         if entry is not None:
             p.remove(entry)
             self._in_flight_total -= 1
@@ -828,22 +502,7 @@ class IdempotenceManager:
         """MESSAGE_TOO_LARGE split ``batch`` (docs/compression.md S4): the new
         batches take its sequence range, in order, and its place among the held batches. The
         broker never wrote the big batch, so these sequences are fresh to it."""
-        p = self.partition_state(batch)
-        entry = self._held_entry(p, batch)
-        if sum(b.record_count for b in new_batches) != batch.record_count or not new_batches:
-            raise IllegalStateError(
-                f"{p.topic}-{p.partition}: a split must keep the {batch.record_count} records "
-                f"of sequence {batch.base_sequence}, got "
-                f"{[b.record_count for b in new_batches]}")
-        seq = batch.base_sequence
-        entries = []
-        for new in new_batches:
-            new.stamp(batch.producer_id, batch.producer_epoch, seq)
-            seq = increment_sequence(seq, new.record_count)
-            entries.append(InFlightEntry(new, on_wire=False, retried=True,
-                                         generation=entry.generation))
-        p.replace(entry, entries)
-        self._in_flight_total += len(entries) - 1
+        self._in_flight_total += self.partition_state(batch).split(batch, new_batches) - 1
         self._splits += 1
 
     # ---- expiry (step 6) ----------------------------------------------------------------
@@ -877,7 +536,7 @@ class IdempotenceManager:
         delivery.timeout.ms: its request no longer travels (a success goes to ``on_success``)."""
         self._expired_on_wire.discard(batch)
 
-    def _add_unresolved(self, p: PartitionSequenceState, entry: InFlightEntry) -> None:
+    def _add_unresolved(self, p: PartitionProducer, entry: InFlightEntry) -> None:
         batch = entry.batch
         p.unresolved.append(UnresolvedRange(
             batch.base_sequence, last_sequence(batch.base_sequence, batch.record_count),

@@ -29,6 +29,7 @@ from aiokprod.producer.buffer_pool import BufferPool
 from aiokprod.producer.bulk import SendManyResult
 from aiokprod.producer.columnar_send import send_columns
 from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.partition import Partitions
 from aiokprod.producer.partitioner import BuiltinPartitioner
 from aiokprod.producer.send_many import SendMany
 from aiokprod.producer.send_path import Headers
@@ -152,11 +153,15 @@ class Producer(SendMany, TransactionalApi):
         self._compression = CompressionType.from_name(cfg.compression_type)
         self._estimator = CompressionRatioEstimator()
         retry_backoff = ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms)
+        # one object per partition, shared: the accumulator queues its batches, idempotence
+        # numbers them, the sender counts its requests (producer/partition.py)
+        partitions = Partitions()
         self._acc = RecordAccumulator(
             pool=self._pool, batch_size=cfg.batch_size, linger_ms=cfg.linger_ms,
             delivery_timeout_ms=cfg.delivery_timeout_ms, compression=self._compression,
             estimator=self._estimator, compression_level=cfg.compression_level(),
-            retry_backoff=retry_backoff.backoff_ms, clock=clock, on_wakeup=self._wakeup)
+            retry_backoff=retry_backoff.backoff_ms, clock=clock, on_wakeup=self._wakeup,
+            partitions=partitions)
         self._metrics.bind_gauge("metadata-age", self._cluster.metadata_age)
         self._metrics.bind_gauge("connection-count",
                                  lambda: self._cluster.statistics().connections
@@ -165,7 +170,7 @@ class Producer(SendMany, TransactionalApi):
         # the broker refuses (Tansu fences any epoch it did not hand out)
         idempotence = IdempotenceManager(
             clock=clock, bump_via_init_producer_id=True, retries=cfg.retries,
-            backoff=retry_backoff, client_id=cfg.client_id,
+            backoff=retry_backoff, client_id=cfg.client_id, partitions=partitions,
             transactional=cfg.transactional_id is not None) if cfg.enable_idempotence else None
         self._idempotence = idempotence
         if cfg.transactional_id is not None and idempotence is not None:

@@ -6,7 +6,7 @@ accumulator which nodes are ready → keep those with a live connection and room
 are handled in the connection's callback, synchronously: batches complete, are retried in
 sequence order after a backoff, split, or fail — then the sender is woken to send more.
 
-It sleeps on a single timer per wake-up (``_Waker``), woken early by: a new or full batch, a
+It sleeps on a single timer per wake-up (``waker.Waker``), woken early by: a new or full batch, a
 response, a connection that opened, new metadata, flush and close. There is no timer per record
 or per batch.
 """
@@ -23,11 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import (
-    BrokerResponseError,
     KafkaConnectionError,
     KafkaError,
     ProducerClosedError,
-    RecordTooLargeError,
     error_for_code,
 )
 from aiokprod.network.cluster import Cluster
@@ -35,9 +33,11 @@ from aiokprod.network.connection import BrokerConnection
 from aiokprod.network.metadata import BrokerNode, TopicPartition
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
-from aiokprod.producer.idempotence import Action, IdempotenceManager
-from aiokprod.producer.retry_policy import classify
-from aiokprod.protocol import InitProducerIdRequest, ProduceRequest, ProduceResponse
+from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.outcomes import BatchOutcomes
+from aiokprod.producer.producer_id import ProducerIdRequester, init_on_any_broker
+from aiokprod.producer.waker import Waker
+from aiokprod.protocol import ProduceRequest, ProduceResponse
 
 if TYPE_CHECKING:
     from aiokprod.producer.transaction_manager import TransactionManager
@@ -51,54 +51,14 @@ _DUPLICATE_SEQUENCE_NUMBER = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
 _OUT_OF_ORDER_SEQUENCE_NUMBER = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 _NETWORK_EXCEPTION = ErrorCode.NETWORK_EXCEPTION
 _REQUEST_TIMED_OUT = ErrorCode.REQUEST_TIMED_OUT
-_MESSAGE_TOO_LARGE = ErrorCode.MESSAGE_TOO_LARGE
 # Produce v14 (KIP-1269: the broker's de-duplication window in each answer); v13+ names
 # topics by id (KIP-516), so a request with a topic whose id is unknown stays at v12.
 _PRODUCE_MAX_VERSION = 14
 _PRODUCE_MAX_VERSION_BY_NAME = 12
 
 
-class _Waker:
-    """One pending timer per sleep; ``wake()`` ends the sleep early. Cheaper than wait_for."""
-
-    __slots__ = ("_future", "_loop", "_timer", "woken")
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._future: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self.woken = False  # a wake() arrived while not sleeping: skip the next sleep
-
-    def wake(self) -> None:
-        future = self._future
-        if future is None:
-            self.woken = True
-        elif not future.done():
-            future.set_result(None)
-
-    async def sleep(self, delay: float) -> None:
-        if self.woken:
-            self.woken = False
-            return
-        future = self._future = self._loop.create_future()
-        timer = None
-        if delay != float("inf"):
-            timer = self._loop.call_later(max(delay, 0.0), _resolve, future)
-        try:
-            await future
-        finally:
-            self._future = None
-            if timer is not None:
-                timer.cancel()
-
-
 def _plain_spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
     return asyncio.get_running_loop().create_task(coro, name=name)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -154,24 +114,23 @@ class Sender:
         self._idem = idempotence
         self._acks = acks
         self._request_timeout_ms = request_timeout_ms
-        self._delivery_timeout = delivery_timeout_ms / 1000
-        self._retries = retries
         self._max_in_flight = max_in_flight
         # one request per connection promises order even without idempotence (docs/batching.md)
         accumulator.guarantee_order = max_in_flight == 1
         self._max_request_size = max_request_size
         self._transaction_timeout_ms = transaction_timeout_ms
         self._client = client_id
-        self._on_ack = on_ack
         self._metrics = metrics
         self._clock = clock
-        self._waker = _Waker()
+        self._waker = Waker()
         self._in_flight_requests: dict[int, int] = {}  # node → produce requests awaiting answers
-        self._in_flight: set[ProducerBatch] = set()  # batches sent and not answered
-        # with guarantee_order: the batches whose request keeps their partition muted. Not
-        # _in_flight: a batch that expired on the wire leaves that, but still mutes its
-        # partition until its answer or the connection's end (docs/batching.md D5)
-        self._muting: set[ProducerBatch] = set()
+        # what each outcome the sender reports does to its batch, partition and producer
+        self._outcomes = BatchOutcomes(
+            accumulator=accumulator, idempotence=idempotence, transactions=transactions,
+            retries=retries, delivery_timeout_ms=delivery_timeout_ms, client_id=client_id,
+            on_ack=on_ack, metrics=metrics, refresh_metadata=cluster.request_update,
+            on_fatal=self._set_fatal)
+        self._in_flight = self._outcomes.in_flight  # the same set, read by the loop
         self._task: asyncio.Task[None] | None = None
         self._init_task: asyncio.Task[None] | None = None
         self._closing = False  # deliver what is queued, then stop
@@ -179,8 +138,6 @@ class Sender:
         self.fatal_error: BaseException | None = None
         self._requests_sent = 0
         self._batches_sent = 0
-        self._retries_done = 0
-        self._failed_batches = 0
         cluster.on_change.append(self.wakeup)
         if metrics is not None:
             metrics.bind_gauge("requests-in-flight",
@@ -244,12 +201,7 @@ class Sender:
         self.wakeup()
 
     def _abort_everything(self, error: BaseException) -> None:
-        for batch in self._acc.abort_queued():
-            self._fail(batch, error)
-        for batch in list(self._in_flight):
-            self._fail(batch, error)
-        for batch in self._acc.incomplete_batches():
-            self._fail(batch, error)
+        self._outcomes.abort_everything(error)
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -269,8 +221,8 @@ class Sender:
             # records appended after the producer failed (their send was waiting for metadata
             # or memory when it did) fail at once, not at delivery.timeout.ms
             for batch in acc.abort_queued():
-                self._fail(batch, self.fatal_error)
-        self._expire(now)
+                self._outcomes.fail(batch, self.fatal_error)
+        self._outcomes.expire(now)
         idem = self._idem
         if idem is not None and self.fatal_error is None and idem.needs_producer_id() and \
                 self._txn is None:
@@ -282,7 +234,7 @@ class Sender:
                 cluster.add_topic(topic)
             cluster.request_update()
         delay = min(ready.next_ready_delay, acc.next_expiry_delay(now),
-                    self._next_in_flight_expiry(now))
+                    self._outcomes.next_in_flight_expiry(now))
         nodes: list[int] = []
         on_node_ready = self._on_node_ready
         for node in ready.ready_nodes:
@@ -319,7 +271,7 @@ class Sender:
         for node, batches in drained.items():
             self._send_produce(node, batches, now)
         if idem is not None:
-            self._fail_doomed()
+            self._outcomes.fail_doomed()
         if drained:
             # a request takes at most one batch per partition: more may be sendable now
             # (Java polls with timeout 0 while nodes are ready). When nothing could be drained
@@ -343,80 +295,25 @@ class Sender:
                                           f"aiokprod-init-pid[{self._client}]")
 
     async def _init_producer_id(self) -> None:
-        """InitProducerId, trying versions until one works (Tansu rejects v0), with backoff.
-
-        Bounded: attempts continue only while records wait; each is bounded by
-        request_timeout_ms, and the records themselves by delivery_timeout_ms.
-        """
+        """InitProducerId on any broker until the manager holds an id
+        (``producer_id.init_on_any_broker``: the transactional producer's rules too)."""
         idem = self._idem
         if idem is None:
             return
-        attempt = 0
-        failed_versions: set[int] = set()
-        while idem.needs_producer_id() and not self.fatal_error:
-            try:
-                conn = await self._cluster.any_connection()
-                pid, epoch = idem.init_producer_id_params()
-                top = conn.version_for(InitProducerIdRequest)
-                lo = max(InitProducerIdRequest.MIN_VERSION,
-                         conn.broker_versions[InitProducerIdRequest.API_KEY][0])
-                candidates = [v for v in range(top, lo - 1, -1) if v not in failed_versions]
-                if pid >= 0:
-                    bump_ok = [v for v in candidates if v >= 3]  # KIP-360 arrived in v3
-                    if not bump_ok:
-                        idem.on_bump_unsupported()
-                        continue
-                    candidates = bump_ok
-                if not candidates:
-                    failed_versions.clear()
-                    raise KafkaConnectionError("no InitProducerId version worked; retrying")
-                version = candidates[0]
-                request = InitProducerIdRequest(
-                    transactional_id=None, transaction_timeout_ms=self._transaction_timeout_ms,
-                    producer_id=pid, producer_epoch=epoch)
-                response = await conn.request(request, version=version)
-                code = response.error_code
-                if code == _NONE:
-                    idem.on_producer_id(response.producer_id, response.producer_epoch)
-                    log.info("[client %s] producer id %d epoch %d (InitProducerId v%d)",
-                             self._client, response.producer_id, response.producer_epoch, version)
-                    self.wakeup()
-                    return
-                err = error_for_code(code)
-                if pid >= 0 and not err.retriable:
-                    # the broker refused the KIP-360 bump (Tansu answers UNKNOWN_SERVER_ERROR):
-                    # fall back to a fresh producer id, which resets every sequence
-                    log.info("[client %s] epoch bump refused (%s); asking for a new producer "
-                             "id", self._client, err.__name__)
-                    idem.on_bump_unsupported()
-                    continue
-                if not err.retriable and len(candidates) > 1:
-                    # a broker that fails one version may serve another (Tansu answers
-                    # UNKNOWN_SERVER_ERROR to v0-v2): try the next one down before giving up
-                    log.info("[client %s] InitProducerId v%d failed (%s); trying v%d",
-                             self._client, version, err.__name__, candidates[1])
-                    failed_versions.add(version)
-                    continue
-                raise err(f"InitProducerId v{version}: {err.message}")
-            except asyncio.CancelledError:
-                raise
-            except BrokerResponseError as exc:
-                if not exc.retriable:
-                    idem.fail_fatally(exc)
-                    self._set_fatal(exc)
-                    return
-                log.debug("[client %s] InitProducerId: %s", self._client, exc)
-            except KafkaError as exc:
-                log.debug("[client %s] InitProducerId: %s", self._client, exc)
-            attempt += 1
-            await asyncio.sleep(min(1.0, 0.05 * 2 ** min(attempt, 5)))
+        requester = ProducerIdRequester(idem, transactional_id=None,
+                                        transaction_timeout_ms=self._transaction_timeout_ms,
+                                        client_id=self._client)
+        if await init_on_any_broker(requester, self._cluster,
+                                    stopped=lambda: self.fatal_error is not None,
+                                    on_fatal=self._set_fatal):
+            self.wakeup()
 
     def _set_fatal(self, error: BaseException) -> None:
         if self.fatal_error is None:
             self.fatal_error = error
             log.error("[client %s] fatal producer error: %s", self._client, error)
             for batch in self._acc.abort_queued():
-                self._fail(batch, error)
+                self._outcomes.fail(batch, error)
             self.wakeup()
 
     def _on_leaders_moved(self, topics: list[str]) -> None:
@@ -437,11 +334,8 @@ class Sender:
     def _send_produce(self, node: int, batches: list[ProducerBatch], now: float) -> None:
         conn = self._cluster.ready_connection(node)
         if conn is None:  # vanished between ready() and now: put them back
-            for batch in batches:
-                if self._idem is not None:
-                    self._idem.on_not_sent(batch)
-                self._retry(batch, KafkaConnectionError(f"node {node} not connected"), now,
-                            count_attempt=False)
+            self._outcomes.not_sent(batches, KafkaConnectionError(f"node {node} not connected"),
+                                    now)
             return
         if self._produce_links.get(node) is not conn:
             self._on_new_produce_link(node, conn)
@@ -479,37 +373,12 @@ class Sender:
                 timeout_ms=self._request_timeout_ms, topic_data=topic_data)
             future = conn.send(request, version=version, expect_response=self._acks != 0)
         except KafkaError as exc:  # e.g. no Produce version in common: nothing left the client
-            for batch in batches:
-                if self._idem is not None:
-                    self._idem.on_not_sent(batch)
-                    self._idem.on_delivery_timeout(batch, possibly_written=False)
-                self._fail(batch, exc)
+            self._outcomes.unsendable(batches, exc)
             return
         self._requests_sent += 1
         self._batches_sent += len(batches)
         self._in_flight_requests[node] = self._in_flight_requests.get(node, 0) + 1
-        for batch in batches:
-            self._in_flight.add(batch)
-        if self._acc.guarantee_order:
-            for batch in batches:
-                self._muting.add(batch)
-                self._acc.mute(batch.topic, batch.partition)
-        metrics = self._metrics
-        size = 0
-        if metrics is not None:
-            records = 0
-            for batch in batches:
-                records += batch.record_count
-                size += batch.size_in_bytes
-                if batch.attempts == 0:
-                    metrics.record_batch_sent(
-                        batch.topic, record_count=batch.record_count,
-                        size_bytes=batch.size_in_bytes,
-                        compression_ratio=batch.builder.observed_ratio or 1.0,
-                        # per batch, not per record: the largest record the batch holds
-                        max_record_bytes=batch.builder.max_record_size,
-                        queue_time_ms=(now - batch.created_at) * 1000, now=now)
-            metrics.record_request(node, record_count=records, size_bytes=size, now=now)
+        self._outcomes.sent(node, batches, now)
         future.add_done_callback(lambda f: self._on_produce_done(node, by_tp, names, f, now))
 
     def _on_new_produce_link(self, node: int, conn: BrokerConnection) -> None:
@@ -537,12 +406,12 @@ class Sender:
             exc = future.exception()
             if exc is not None:
                 for batch in by_tp.values():
-                    self._handle_error(batch, _NETWORK_EXCEPTION, exc, now)
+                    self._outcomes.handle_error(batch, _NETWORK_EXCEPTION, exc, now)
                 return
             response = future.result()
             if response is None:  # acks=0: the broker never answers
                 for batch in by_tp.values():
-                    self._complete(batch, -1, -1)
+                    self._outcomes.complete(batch, -1, -1)
                 return
             if self._metrics is not None:
                 self._metrics.record_response(
@@ -561,15 +430,15 @@ class Sender:
                     except Exception as exc:  # one bad partition must not strand the others
                         log.exception("[client %s] %s-%d: handling the Produce response failed",
                                       self._client, found.topic, found.partition)
-                        self._fail(found, KafkaError(
+                        self._outcomes.fail(found, KafkaError(
                             f"{found.topic}-{found.partition}: internal error while handling "
                             f"the broker's answer: {exc!r}"))
             for batch in by_tp.values():
-                self._handle_error(batch, _NETWORK_EXCEPTION, KafkaConnectionError(
+                self._outcomes.handle_error(batch, _NETWORK_EXCEPTION, KafkaConnectionError(
                     f"node {node} answered Produce without {batch.topic}-{batch.partition}"), now)
         finally:
             if self._idem is not None:
-                self._fail_doomed()
+                self._outcomes.fail_doomed()
             self.wakeup()
 
     def _handle_partition(self, node: int, batch: ProducerBatch,
@@ -586,11 +455,11 @@ class Sender:
                                                topic.producer_state_batches_to_retain)
         code = p.error_code
         if code == _NONE:
-            self._complete(batch, p.base_offset, p.log_append_time_ms)
+            self._outcomes.complete(batch, p.base_offset, p.log_append_time_ms)
             return
         if code == _DUPLICATE_SEQUENCE_NUMBER and idem is not None:
             if idem.duplicate_is_success(batch):
-                self._complete(batch, -1, p.log_append_time_ms, duplicate=True)
+                self._outcomes.complete(batch, -1, p.log_append_time_ms, duplicate=True)
                 return
             # never sent ambiguously under these sequences: not our batch the broker holds,
             # but a collision with an older one (see duplicate_is_success); a gap, in effect
@@ -601,154 +470,21 @@ class Sender:
                                             leader.leader_id, leader.leader_epoch, endpoints)
         cls = error_for_code(code)
         message = p.error_message or cls.message
-        self._handle_error(batch, code, cls(f"{batch.topic}-{batch.partition}: {message}"), now)
+        self._outcomes.handle_error(
+            batch, code, cls(f"{batch.topic}-{batch.partition}: {message}"), now)
 
     # ---- outcomes --------------------------------------------------------------------------
-
-    def _settle(self, batch: ProducerBatch) -> None:
-        """The batch is no longer on the wire: whatever comes next (completion, a retry, a
-        split, a failure), its partition may send again — if this batch is what muted it. A
-        queued batch failing (expired, aborted) leaves a partition muted by another batch's
-        open request alone."""
-        self._in_flight.discard(batch)
-        if self._muting and batch in self._muting:
-            self._muting.discard(batch)
-            self._acc.unmute(batch.topic, batch.partition)
-
-    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
-                  duplicate: bool = False) -> None:
-        self._settle(batch)
-        if self._idem is not None:
-            # also for a batch that already expired: its success resolves it (step 1a)
-            self._idem.on_success(batch, base_offset=base_offset, duplicate=duplicate)
-        if batch.done:
-            return
-        batch.complete(base_offset, log_append_time, self._on_ack)
-        self._acc.release(batch)
-
-    def _fail(self, batch: ProducerBatch, error: BaseException, *,
-              still_on_wire: bool = False) -> None:
-        if still_on_wire:
-            # expired while its request is unanswered: it leaves our bookkeeping, but its
-            # partition stays muted until the answer (or the connection's end) arrives
-            self._in_flight.discard(batch)
-        else:
-            self._settle(batch)
-        if batch.done:
-            return
-        self._failed_batches += 1
-        if self._metrics is not None:
-            self._metrics.on_records_failed(batch.topic, batch.record_count)
-        batch.fail(error, self._on_ack)
-        self._acc.release(batch)
-        if self._txn is not None:
-            self._txn.on_batch_failed(error)  # the open transaction can no longer commit
-
-    def _fail_doomed(self) -> None:
-        """Fail the held batches idempotence gave up on: they can no longer be written in
-        order, or without perhaps writing them twice (docs/idempotence.md, "A partition's
-        first batches"). They wait in the accumulator for a retry; take them out first."""
-        assert self._idem is not None
-        for batch, error in self._idem.take_doomed():
-            if not isinstance(batch, ProducerBatch):
-                raise TypeError(f"idempotence gave up on a foreign batch: {batch!r}")
-            self._acc.remove_queued(batch)
-            self._fail(batch, error)
 
     def abort_queued_batches(self, error: BaseException) -> int:
         """Fail every batch still queued with ``error`` (a transaction abort); batches on the
         wire are left to their answers. Returns how many were failed."""
-        batches = self._acc.abort_queued()
-        idem = self._idem
-        for batch in batches:
-            if idem is not None and batch.base_sequence >= 0:
-                # a retry holding a sequence: unresolved if it may be written, else a gap;
-                # either way idempotence asks for the epoch bump the abort then performs
-                idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
-            self._fail(batch, error)
+        aborted = self._outcomes.abort_queued(error)
         self.wakeup()
-        return len(batches)
+        return aborted
 
     def in_flight_batches(self) -> list[ProducerBatch]:
         """Batches sent and not answered yet (a transaction abort waits for them)."""
-        return list(self._in_flight)
-
-    def _retry(self, batch: ProducerBatch, error: BaseException, now: float, *,
-               count_attempt: bool = True) -> None:
-        self._settle(batch)
-        if not count_attempt:
-            batch.attempts -= 1  # reenqueue counts one; this was no attempt
-        self._retries_done += 1
-        if self._metrics is not None:
-            self._metrics.on_records_retried(batch.topic, batch.record_count)
-        log.debug("[client %s] retrying %r after %s", self._client, batch, error)
-        self._acc.reenqueue(batch, now)
-
-    def _handle_error(self, batch: ProducerBatch, code: int, error: BaseException,
-                      now: float) -> None:
-        """One batch's error: retry, split, fail or go fatal, as policy and idempotence say."""
-        if batch.done:
-            self._settle(batch)
-            if self._idem is not None:
-                self._idem.on_late_answer(batch)
-            return
-        past_deadline = now - batch.created_at >= self._delivery_timeout
-        decision = classify(
-            code, attempts=batch.attempts + 1, retries=self._retries,
-            idempotent=self._idem is not None, delivery_deadline_passed=past_deadline,
-            record_count=batch.record_count)
-        if decision.refresh_metadata:
-            self._cluster.request_update()
-        action = decision.action
-        if self._idem is not None:
-            action = self._idem.on_error(batch, code, now, decision).action
-        if action is Action.RETRY:
-            self._retry(batch, error, now)
-        elif action is Action.SPLIT:
-            self._settle(batch)
-            self._split(batch, now)
-        elif action is Action.FATAL:
-            self._fail(batch, error)
-            self._set_fatal(error)
-        else:
-            if code == _MESSAGE_TOO_LARGE and batch.record_count == 1:
-                error = RecordTooLargeError(f"{batch.topic}-{batch.partition}: the broker "
-                                            f"rejected a single record as too large: {error}")
-            if past_deadline and decision.retriable:
-                error = self._acc.delivery_timeout_error(batch, now)
-            self._fail(batch, error)
-
-    def _split(self, batch: ProducerBatch, now: float) -> None:
-        """MESSAGE_TOO_LARGE on a multi-record batch: re-cut, new sequences, re-queue in order."""
-        new_batches = self._acc.split(batch, now)
-        if self._idem is not None:
-            self._idem.on_split(batch, new_batches)
-        for new in reversed(new_batches):
-            self._acc.reenqueue(new, now, front=True)
-        if self._metrics is not None:
-            self._metrics.batch_split.record(1)
-        log.info("[client %s] %s-%d: broker refused a %d-record batch as too large; split into "
-                 "%d batches", self._client, batch.topic, batch.partition, batch.record_count,
-                 len(new_batches))
-
-    # ---- expiry ----------------------------------------------------------------------------
-
-    def _expire(self, now: float) -> None:
-        for batch in self._acc.expire(now):
-            if self._idem is not None:
-                self._idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
-            self._fail(batch, self._acc.delivery_timeout_error(batch, now))
-        deadline = self._delivery_timeout
-        for batch in [b for b in self._in_flight if now - b.created_at >= deadline]:
-            if self._idem is not None:
-                self._idem.on_delivery_timeout(batch, possibly_written=True)
-            self._fail(batch, self._acc.delivery_timeout_error(batch, now), still_on_wire=True)
-
-    def _next_in_flight_expiry(self, now: float) -> float:
-        if not self._in_flight:
-            return float("inf")
-        oldest = min(b.created_at for b in self._in_flight)
-        return max(0.0, oldest + self._delivery_timeout - now)
+        return list(self._outcomes.in_flight)
 
     # ---- introspection ---------------------------------------------------------------------
 
@@ -759,8 +495,8 @@ class Sender:
             in_flight_batches=len(self._in_flight),
             requests_sent=self._requests_sent,
             batches_sent=self._batches_sent,
-            retries=self._retries_done,
-            failed_batches=self._failed_batches,
+            retries=self._outcomes.retries_done,
+            failed_batches=self._outcomes.failed_batches,
             producer_id=idem.producer_id if idem is not None else -1,
             producer_epoch=idem.producer_epoch if idem is not None else -1,
         )

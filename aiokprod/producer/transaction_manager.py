@@ -33,6 +33,12 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.producer.coordinator import CoordinatorClient
 from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
+from aiokprod.producer.producer_id import (
+    FATAL_INIT_CODES,
+    FENCED_CODES,
+    InitOutcome,
+    ProducerIdRequester,
+)
 from aiokprod.producer.transactions import (
     ConsumerGroupMetadata,
     PartitionsInTransaction,
@@ -46,7 +52,6 @@ from aiokprod.protocol import (
     AddPartitionsToTxnResponse,
     ApiVersionsRequest,
     EndTxnRequest,
-    InitProducerIdRequest,
     ProduceRequest,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
@@ -88,10 +93,8 @@ _TRANSACTION_VERSION_FEATURE = "transaction.version"
 
 _C = ErrorCode
 # this producer can do nothing more (Java: transitionToFatalError)
-_FENCED = {_C.PRODUCER_FENCED, _C.INVALID_PRODUCER_EPOCH, _C.TRANSACTION_COORDINATOR_FENCED}
-_FATAL = _FENCED | {_C.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, _C.UNSUPPORTED_VERSION,
-                    _C.CLUSTER_AUTHORIZATION_FAILED, _C.INVALID_TXN_STATE,
-                    _C.INVALID_TRANSACTION_TIMEOUT, _C.UNSUPPORTED_FOR_MESSAGE_FORMAT}
+_FENCED = FENCED_CODES
+_FATAL = FATAL_INIT_CODES
 
 
 def fenced_error(transactional_id: str, code: ErrorCode | int, what: str
@@ -305,45 +308,30 @@ class TransactionManager:
         return chosen
 
     async def _init_producer_id(self, deadline: float, what: str) -> None:
+        """InitProducerId with the transactional id at its coordinator, by
+        ``ProducerIdRequester``'s rules (the idempotent producer's path too)."""
         idem = self._idem
-        failed_versions: set[int] = set()
+        requester = ProducerIdRequester(idem, transactional_id=self.transactional_id,
+                                        transaction_timeout_ms=self._timeout_ms,
+                                        client_id=self._client)
         try:
             while True:
-                pid, epoch = idem.init_producer_id_params()
-
-                def build(conn: BrokerConnection, pid: int = pid, epoch: int = epoch
-                          ) -> tuple[InitProducerIdRequest, int]:
-                    top = conn.version_for(InitProducerIdRequest)
-                    low = max(InitProducerIdRequest.MIN_VERSION,
-                              conn.broker_versions[InitProducerIdRequest.API_KEY][0])
-                    versions = [v for v in range(top, low - 1, -1) if v not in failed_versions]
-                    if pid >= 0:
-                        versions = [v for v in versions if v >= 3]  # KIP-360
-                    version = versions[0] if versions else top
-                    return InitProducerIdRequest(
-                        transactional_id=self.transactional_id,
-                        transaction_timeout_ms=self._timeout_ms,
-                        producer_id=pid, producer_epoch=epoch), version
-
-                answer = await self._coordinators.call(build, _top_level_code, deadline, what)
+                requester.take_params()
+                answer = await self._coordinators.call(requester.build, _top_level_code,
+                                                       deadline, what)
                 response, code, version = answer
-                if code is ErrorCode.NONE and response is not None:  # NONE comes with an answer
-                    idem.on_producer_id(response.producer_id, response.producer_epoch)
-                    log.info("[client %s] transactional id %r: producer id %d epoch %d "
-                             "(InitProducerId v%d)", self._client, self.transactional_id,
-                             response.producer_id, response.producer_epoch, version)
+                outcome = requester.on_answer(code, response, version)
+                if outcome is InitOutcome.DONE:
                     self.fire(TxnEvent.INIT_COMPLETED)
                     return
-                if code not in _FATAL and pid >= 0:
-                    # the broker refused the KIP-360 bump: a fresh InitProducerId for the
-                    # transactional id bumps the epoch just as well
-                    idem.on_bump_unsupported()
+                if outcome is InitOutcome.AGAIN:
                     continue
-                if code is ErrorCode.UNKNOWN_SERVER_ERROR and version > 0 and \
-                        version not in failed_versions:
-                    failed_versions.add(version)  # Tansu fails some versions: go lower
-                    continue
-                raise self._fail_with(code, what)
+                if outcome is InitOutcome.FAIL:
+                    raise self._fail_with(code, what)
+                await asyncio.sleep(min(requester.next_delay(),
+                                        max(0.0, deadline - self._clock())))
+                if self._clock() >= deadline:
+                    raise KafkaTimeoutError(f"{what} did not complete in time (max.block.ms)")
         except KafkaTimeoutError:
             if self._state is TransactionState.INITIALIZING:
                 idem.on_init_producer_id_failed(KafkaTimeoutError(what))

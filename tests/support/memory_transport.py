@@ -4,7 +4,10 @@
 one. Each address behaves as its ``ScriptedNode`` says: refuse the connection, never finish
 connecting, accept and stay silent, or answer like a broker — ApiVersions with every version
 we speak, Metadata from the shared ``ClusterScript`` (so a test changes the cluster in one
-place), Produce through a test-supplied handler (default: success). Requests are decoded with
+place), Produce and InitProducerId through test-supplied handlers (default: success); a
+Produce handler returning None holds the request, which ``MemoryTransport.answer`` answers
+later, and answers on one connection come in the order its requests came, as a broker's do
+(an immediate answer waits behind a held request before it). Requests are decoded with
 the generated protocol classes, answers are encoded with them, so the connection under test
 runs its production framing code; only the socket is gone, which makes timing exact enough to
 assert bounds of tens of milliseconds and lets a test pause a transport's writing at will
@@ -92,6 +95,8 @@ class ScriptedNode:
 
     mode: str = "answer"
     produce: ProduceHandler = produce_ok
+    # InitProducerId: the answer to each request (default: producer id 1000, epoch 0)
+    init_producer_id: Callable[[ScriptedRequest], Any] | None = None
     # API keys this node reads and never answers (e.g. {METADATA}), besides mode "silent"
     ignore: set[int] = field(default_factory=set)
     # a Produce write pauses the transport, as a real one does when its buffer passes the
@@ -102,6 +107,9 @@ class ScriptedNode:
     metadata_error: int = 0
     requests: list[ScriptedRequest] = field(default_factory=list)
     transports: list[MemoryTransport] = field(default_factory=list)
+    # the connection the request being handled came on (a handler that holds a request
+    # answers it there later, with ``MemoryTransport.answer``)
+    current: MemoryTransport | None = None
     connect_attempts: int = 0
 
     def count(self, api_key: int) -> int:
@@ -126,6 +134,9 @@ class MemoryTransport(asyncio.Transport):
         self._inbound = bytearray()
         self._paused = False
         self._held = 0  # bytes "in the buffer" while paused
+        # correlation id -> answer frame (None: not answered yet) of the requests a handler
+        # held and of the answers queued behind them, in the order the requests came
+        self._held_answers: dict[int, bytes | None] = {}
         self.sockopts = network.last_buffers
 
     # -- the test's controls ----------------------------------------------------------------
@@ -142,6 +153,10 @@ class MemoryTransport(asyncio.Transport):
             self._paused = False
             self._held = 0
             self._protocol.resume_writing()
+
+    def answer(self, req: ScriptedRequest, response: Any) -> None:
+        """Answer a request a handler held (returned None), later, in its turn."""
+        self._send_in_turn(req.correlation_id, req.respond(response))
 
     def server_close(self) -> None:
         """The broker end hangs up."""
@@ -174,6 +189,7 @@ class MemoryTransport(asyncio.Transport):
         req = ScriptedRequest(api_key, api_version, correlation_id, client_id, body)
         node = self._node
         node.requests.append(req)
+        node.current = self
         if node.mode == "silent" or api_key in node.ignore:
             return
         if api_key == API_VERSIONS:
@@ -182,6 +198,8 @@ class MemoryTransport(asyncio.Transport):
             answer = MetadataResponse(error_code=node.metadata_error, brokers=[], topics=[])
         elif api_key == METADATA:
             answer = self._network.cluster.metadata(req)
+        elif api_key == INIT_PRODUCER_ID and node.init_producer_id is not None:
+            answer = node.init_producer_id(req)
         elif api_key == INIT_PRODUCER_ID:
             answer = InitProducerIdResponse(error_code=0, producer_id=1000, producer_epoch=0)
         elif api_key == PRODUCE:
@@ -191,13 +209,36 @@ class MemoryTransport(asyncio.Transport):
                 return
             answer = node.produce(req)
             if answer is None:
+                self._held_answers[correlation_id] = None  # answered later, in its turn
                 return
         else:
             return
-        out = req.respond(answer)
-        self._loop.call_soon(self._deliver, out)
+        self._send_in_turn(correlation_id, req.respond(answer))
+
+    def _send_in_turn(self, correlation_id: int, data: bytes) -> None:
+        """A broker answers a connection's requests in the order it read them: an answer
+        waits behind every request the script holds that came before it."""
+        if not self._held_answers:
+            self._loop.call_soon(self._deliver_now, data)
+            return
+        self._held_answers[correlation_id] = data
+        while self._held_answers:
+            first = next(iter(self._held_answers))
+            ready = self._held_answers[first]
+            if ready is None:
+                break
+            del self._held_answers[first]
+            self._loop.call_soon(self._deliver_now, ready)
 
     def _deliver(self, data: bytes) -> None:
+        """Deliver an answer frame; one to a held request goes in its turn."""
+        (correlation_id,) = struct.unpack_from(">i", data, 4)
+        if correlation_id in self._held_answers:
+            self._send_in_turn(correlation_id, data)
+        else:
+            self._deliver_now(data)
+
+    def _deliver_now(self, data: bytes) -> None:
         if not self._closing:
             self._protocol.data_received(data)
 

@@ -595,3 +595,53 @@ async def test_a_refused_batch_smaller_than_batch_size_is_cut_in_halves() -> Non
     # every record once, in order (the un-drained halves went back behind the quarters)
     assert sorted((r for b in resent for r in records_of(b)), key=lambda r: r[2]) == sent
     assert [r for b in quarters for r in records_of(b)] == sent[:first.record_count]
+
+
+# ---------------------------------------------------------------------------------- leader change
+
+
+def _led_by(leader: int, leader_epoch: int) -> ClusterView:
+    return ClusterView({leader: BrokerNode(leader, "localhost", 9000 + leader)},
+                       {TOPIC: TopicMetadata.build(TOPIC, [PartitionMetadata(0, leader,
+                                                                             leader_epoch)])})
+
+
+async def test_a_retry_skips_its_backoff_once_its_partition_has_a_new_leader() -> None:
+    """Java's hasLeaderChangedForTheOngoingRetry: the error was most likely the old leader's,
+    so a retry whose partition moved to a newer leader epoch goes at once; a retry that failed
+    at the new leader backs off again."""
+    h = Harness(linger_ms=0, retry_backoff_ms=1000)
+    old = _led_by(1, 4)
+    h.append()
+    (batch,) = h.drain(old)
+    h.acc.reenqueue(batch, h.clock.now)
+    h.clock.advance(0.01)
+    check = h.acc.ready(old, h.clock.now)
+    assert check.ready_nodes == set() and check.next_ready_delay == pytest.approx(0.99)
+    assert h.drain(old) == []
+    new = _led_by(2, 5)  # the leader moved (a KIP-951 hint or new metadata)
+    assert h.acc.ready(new, h.clock.now).ready_nodes == {2}
+    assert h.drain(new, node=2) == [batch]
+    h.acc.reenqueue(batch, h.clock.now)  # failed at the new leader too: back off again
+    assert h.acc.ready(new, h.clock.now).ready_nodes == set()
+    assert h.drain(new, node=2) == []
+    h.clock.advance(1.0 + EPS)
+    assert h.drain(new, node=2) == [batch]
+
+
+async def test_split_parts_are_queued_as_never_tried() -> None:
+    """The broker refused the batch for its size: its parts go at once, with no retry backoff
+    and no attempt used up (Java's splitAndReenqueue)."""
+    h = Harness(linger_ms=0, retry_backoff_ms=1000)
+    view = view_of({TOPIC: [1]})
+    h.fill(0, 6)
+    (big,) = h.drain(view)
+    parts = h.acc.split(big, h.clock.now)
+    assert len(parts) >= 2
+    h.acc.requeue_split(parts)
+    assert [b.attempts for b in parts] == [0] * len(parts)
+    assert h.acc.ready(view, h.clock.now).ready_nodes == {1}
+    resent: list[ProducerBatch] = []
+    while batches := h.drain(view):
+        resent.extend(batches)
+    assert resent == parts

@@ -1,10 +1,12 @@
-"""A stateful property test of the REAL RecordAccumulator + IdempotenceManager (issue 8).
+"""A stateful property test of the REAL RecordAccumulator, IdempotenceManager, BatchOutcomes
+and ProducerIdRequester (issue 8).
 
 Nothing of the producer is modelled: records are appended with ``try_append``, drained with
 the accumulator's ``drain`` gated by ``IdempotenceManager.can_send``/``assign_sequence``,
-and every answer goes through ``retry_policy.classify`` and ``IdempotenceManager.on_error``
-exactly as ``Sender`` does (``_handle_error``, ``_complete``, ``_retry``, ``_expire`` and
-``_init_producer_id`` are mirrored line for line in :class:`Harness`). Only the broker is
+and every answer goes to ``outcomes.BatchOutcomes`` -- the object ``Sender`` reports each
+batch's outcome to (complete, error answer, expiry) -- and InitProducerId answers to
+``producer_id.ProducerIdRequester``, the sender's own. What :class:`Harness` still does in the
+sender's place is its I/O: the drain call and the request/answer plumbing. Only the broker is
 simulated: one log per partition applying Kafka's sequence checks, an InitProducerId that
 refuses KIP-360 bumps (as Tansu does), and a restart that forgets every producer, every record
 and its producer-id counter, so the next InitProducerId hands out the same id and epoch again.
@@ -29,7 +31,7 @@ import asyncio
 import contextlib
 import os
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -48,18 +50,20 @@ from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.idempotence import Action, IdempotenceManager
-from aiokprod.producer.retry_policy import classify
+from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.outcomes import BatchOutcomes
+from aiokprod.producer.partition import Partitions
+from aiokprod.producer.producer_id import InitOutcome, ProducerIdRequester
 from aiokprod.producer.sequences import (
     MAX_SEQUENCE,
     increment_sequence,
-    last_sequence,
     sequence_precedes,
 )
+from aiokprod.protocol import InitProducerIdResponse
+from support.sim_broker import PARTITIONS, SimBroker, _ProducerEntry
 
 E = ErrorCode
 TOPIC = "t"
-PARTITIONS = (0, 1)
 NODE = 1
 DELIVERY_TIMEOUT_MS = 30_000
 BATCH_SIZE = 256  # two 100-byte records per batch at most: many batches, many sequences
@@ -80,84 +84,7 @@ class Clock:
         return self.now
 
 
-# ---- the simulated broker ------------------------------------------------------------------
-
-
-@dataclass
-class _ProducerEntry:
-    epoch: int
-    last_seq: int = -1
-    retained: deque[tuple[int, int, int]] = field(default_factory=deque)  # (first, last, offset)
-
-
-class SimPartition:
-    """One partition's leader: Kafka's four producer-state checks, five batches retained."""
-
-    def __init__(self) -> None:
-        self.producers: dict[int, _ProducerEntry] = {}
-        self.log: list[int] = []
-
-    def append(self, pid: int, epoch: int, base: int, records: list[int], *,
-               handed_out: bool) -> tuple[int, int]:
-        if not handed_out:
-            # Tansu refuses any write under an id it has not handed out (even at sequence 0);
-            # a broker that accepted it and then handed the id out as new could not be
-            # de-duplicated by any client
-            return E.UNKNOWN_PRODUCER_ID, -1
-        last = last_sequence(base, len(records))
-        entry = self.producers.get(pid)
-        if entry is not None and entry.epoch == epoch:  # a batch it remembers
-            for first, end, offset in entry.retained:
-                if (first, end) == (base, last):
-                    return E.DUPLICATE_SEQUENCE_NUMBER, offset
-        if entry is None:
-            if base != 0:
-                return E.UNKNOWN_PRODUCER_ID, -1
-            entry = self.producers[pid] = _ProducerEntry(epoch)
-        elif epoch > entry.epoch:
-            if base != 0:
-                return E.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
-            entry.epoch, entry.last_seq = epoch, -1
-            entry.retained.clear()
-        elif epoch < entry.epoch:
-            return E.INVALID_PRODUCER_EPOCH, -1
-        else:
-            expected = 0 if entry.last_seq < 0 else increment_sequence(entry.last_seq, 1)
-            if base != expected:
-                if entry.last_seq >= 0 and sequence_precedes(base, expected):
-                    return E.DUPLICATE_SEQUENCE_NUMBER, -1
-                return E.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
-        offset = len(self.log)
-        self.log.extend(records)
-        entry.last_seq = last
-        entry.retained.append((base, last, offset))
-        while len(entry.retained) > 5:
-            entry.retained.popleft()
-        return E.NONE, offset
-
-
-class SimBroker:
-    """Producer ids from a counter; bumps refused (Tansu); a restart forgets everything."""
-
-    def __init__(self) -> None:
-        self.partitions = {p: SimPartition() for p in PARTITIONS}
-        self.next_pid = 1
-        self.handed_out: set[int] = set()
-        self.life = 0  # restarts so far
-
-    def init_producer_id(self, pid: int, epoch: int) -> tuple[int, int, int]:
-        if pid >= 0:
-            return E.UNKNOWN_SERVER_ERROR, -1, -1  # Tansu: no KIP-360 bump
-        pid = self.next_pid
-        self.next_pid += 1
-        self.handed_out.add(pid)
-        return E.NONE, pid, 0
-
-    def restart(self) -> None:
-        self.partitions = {p: SimPartition() for p in PARTITIONS}
-        self.next_pid = 1
-        self.handed_out.clear()
-        self.life += 1
+# ---- the simulated broker: support/sim_broker.py ---------------------------------------------
 
 
 @dataclass
@@ -168,11 +95,14 @@ class _Request:
     life: int  # the broker process it was sent to: a restart loses it
 
 
-# ---- the sender's glue, mirrored -----------------------------------------------------------
+# ---- the sender's parts -------------------------------------------------------------------
 
 
 class Harness:
-    """The accumulator and idempotence manager wired as ``Sender`` wires them."""
+    """The accumulator, idempotence manager, outcomes and InitProducerId requester wired as
+    ``Sender`` wires them. Only the sender's I/O is left out: what it hands these objects is
+    what the machine hands them (``Sender._run_once``'s drain, ``_handle_partition``'s
+    DUPLICATE check); every outcome goes to the very ``BatchOutcomes`` the sender uses."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -182,92 +112,60 @@ class Harness:
             return RecordAccumulator(
                 pool=BufferPool(1 << 22, BATCH_SIZE, clock=self.clock), batch_size=BATCH_SIZE,
                 linger_ms=0, delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
-                retry_backoff=lambda attempts: 0.0, clock=self.clock)
+                retry_backoff=lambda attempts: 0.0, clock=self.clock, partitions=partitions)
 
+        partitions = Partitions()  # shared, as Producer wires them
         self.acc = self.loop.run_until_complete(build())
-        self.idem = IdempotenceManager(clock=self.clock, bump_via_init_producer_id=True)
+        self.idem = IdempotenceManager(clock=self.clock, bump_via_init_producer_id=True,
+                                       partitions=partitions)
         self.acc.retry_order = self.idem.retry_order  # as Sender.__init__ wires it
+        self.fatal: list[BaseException] = []
+        self.outcomes = BatchOutcomes(
+            accumulator=self.acc, idempotence=self.idem, transactions=None,
+            retries=2**31 - 1, delivery_timeout_ms=DELIVERY_TIMEOUT_MS, client_id="machine",
+            on_ack=None, metrics=None, refresh_metadata=lambda: None,
+            on_fatal=self.fatal.append)
+        self.requester = ProducerIdRequester(self.idem, transactional_id=None,
+                                             transaction_timeout_ms=60_000)
         self.view = ClusterView(
             {NODE: BrokerNode(NODE, "localhost", 9001)},
             {TOPIC: TopicMetadata.build(TOPIC, [PartitionMetadata(p, NODE, 0)
                                                 for p in PARTITIONS])})
-        self.on_wire: set[ProducerBatch] = set()  # Sender._in_flight
 
     def close(self) -> None:
         self.loop.close()
 
     def init_producer_id(self, broker: SimBroker) -> None:
-        """Sender._init_producer_id, one attempt."""
+        """Sender._init_producer_id without the connection: the same requester decides."""
         idem = self.idem
         while idem.needs_producer_id():
-            pid, epoch = idem.init_producer_id_params()
+            pid, epoch = self.requester.take_params()
             code, new_pid, new_epoch = broker.init_producer_id(pid, epoch)
-            if code != E.NONE:
-                assert pid >= 0
-                idem.on_bump_unsupported()
-                continue
-            idem.on_producer_id(new_pid, new_epoch)
+            answer = InitProducerIdResponse(error_code=code, producer_id=new_pid,
+                                            producer_epoch=new_epoch)
+            outcome = self.requester.on_answer(ErrorCode.of(code), answer, 4)
+            assert outcome in (InitOutcome.DONE, InitOutcome.AGAIN), outcome
 
     def drain(self) -> list[ProducerBatch]:
+        """Sender._run_once's drain, and the batches going out in one request."""
         now = self.clock.now
         drained = self.acc.drain(self.view, [NODE], 1 << 20, now,
                                  can_send=lambda b: self.idem.can_send(b, now),
                                  on_drain=self.idem.assign_sequence)
         batches = drained.get(NODE, [])
-        self.on_wire.update(batches)
+        self.outcomes.sent(NODE, batches, now)
         return batches
 
     def complete(self, batch: ProducerBatch, base_offset: int, duplicate: bool) -> None:
-        """Sender._complete."""
-        self.on_wire.discard(batch)
-        self.idem.on_success(batch, base_offset=base_offset, duplicate=duplicate)
-        if batch.done:
-            return
-        batch.complete(base_offset, -1)
-        self.acc.release(batch)
+        self.outcomes.complete(batch, base_offset, -1, duplicate=duplicate)
 
-    def fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        """Sender._fail."""
-        self.on_wire.discard(batch)
-        if batch.done:
-            return
-        batch.fail(error)
-        self.acc.release(batch)
-
-    def handle_error(self, batch: ProducerBatch, code: int) -> Action:
-        """Sender._handle_error."""
-        if batch.done:
-            self.on_wire.discard(batch)
-            self.idem.on_late_answer(batch)
-            return Action.FAIL
-        now = self.clock.now
-        past_deadline = now - batch.created_at >= DELIVERY_TIMEOUT_MS / 1000
-        decision = classify(code, attempts=batch.attempts + 1, retries=2**31 - 1,
-                            idempotent=True, delivery_deadline_passed=past_deadline,
-                            record_count=batch.record_count)
-        action = self.idem.on_error(batch, code, now, decision).action
-        if action is Action.RETRY:
-            self.on_wire.discard(batch)
-            self.acc.reenqueue(batch, now)
-        elif action in (Action.FAIL, Action.FATAL):
-            error: BaseException = KafkaError(f"{ErrorCode.of(code).name}")
-            if past_deadline and decision.retriable:
-                error = self.acc.delivery_timeout_error(batch, now)
-            self.fail(batch, error)
-        else:  # pragma: no cover - no SPLIT (no MESSAGE_TOO_LARGE) and COMPLETE is handled
-            raise AssertionError(f"unexpected action {action}")
-        return action
+    def handle_error(self, batch: ProducerBatch, code: int) -> None:
+        self.outcomes.handle_error(batch, code, KafkaError(ErrorCode.of(code).name),
+                                   self.clock.now)
+        assert not self.fatal, self.fatal
 
     def expire(self) -> None:
-        """Sender._expire."""
-        now = self.clock.now
-        for batch in self.acc.expire(now):
-            self.idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
-            self.fail(batch, self.acc.delivery_timeout_error(batch, now))
-        deadline = DELIVERY_TIMEOUT_MS / 1000
-        for batch in [b for b in self.on_wire if now - b.created_at >= deadline]:
-            self.idem.on_delivery_timeout(batch, possibly_written=True)
-            self.fail(batch, self.acc.delivery_timeout_error(batch, now))
+        self.outcomes.expire(self.clock.now)
 
 
 # ---- the machine ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from aiokprod import Producer
 from aiokprod.errors import BufferExhaustedError
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicPartition
+from aiokprod.protocol import InitProducerIdResponse
 from support.memory_transport import INIT_PRODUCER_ID, PRODUCE, ScriptedNetwork, produce_ok
 
 H = "127.0.0.1"
@@ -257,3 +259,115 @@ async def test_a_queued_batch_expiring_does_not_unmute_a_partition_with_a_batch_
         # A's request is open until request.timeout.ms (t=2.9)
         assert p._acc.statistics().muted_partitions == 1, (
             "B's expiry unmuted the partition while A is still on the wire")
+
+
+# ---- MESSAGE_TOO_LARGE split -----------------------------------------------------------------
+
+
+async def test_split_parts_go_without_backoff_and_count_in_the_batch_metrics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch refused as too large is split; its parts are queued as never tried (no retry
+    backoff, Java's splitAndReenqueue) and, like every batch a request carries, counted in
+    batch-size and record-size (before: they waited retry.backoff.ms and were not counted)."""
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    refused = 0
+
+    def refuse_the_big_one(req: Any) -> Any:
+        nonlocal refused
+        response = produce_ok(req)
+        records = sum(len(bytes(p.records or b"")) for t in req.body.topic_data
+                      for p in t.partition_data)
+        if records > 2000 and not refused:
+            refused += 1
+            for t in response.responses:
+                for p in t.partition_responses:
+                    p.error_code, p.base_offset = 10, -1  # MESSAGE_TOO_LARGE
+        return response
+
+    node.produce = refuse_the_big_one
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=200,
+                                 batch_size=16 * 1024, retry_backoff_ms=3000,
+                                 retry_backoff_max_ms=3000) as p:
+        await p.send_and_wait("t", b"warm-up")
+        futures = [await p.send("t", b"r" * 500) for _ in range(8)]  # ~4 KB: one batch
+        start = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*futures), 10)
+        elapsed = time.monotonic() - start
+        metrics = p.metrics()
+    assert refused == 1
+    assert metrics["producer-metrics:batch-split-total"] == 1
+    assert elapsed < 1.5, elapsed  # linger 0.2 s, not the 3 s retry backoff
+    # record-size is per batch, its largest record: the warm-up's (7 bytes), the refused
+    # batch's and each part's (500). Counting the parts averages at least (7 + 3 * 500) / 4;
+    # without them it was (7 + 500) / 2
+    assert metrics["producer-metrics:record-size-avg"] > 350, metrics[
+        "producer-metrics:record-size-avg"]
+    assert metrics["producer-metrics:batch-size-max"] > 4000
+
+
+# ---- InitProducerId --------------------------------------------------------------------------
+
+
+async def test_init_producer_id_is_retried_after_the_configured_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A retriable InitProducerId error is retried after retry.backoff.ms (the transactional
+    producer's rule too), not after a backoff of its own (it was 0.1 s, then 0.2 s)."""
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    asked: list[float] = []
+
+    def init(req: Any) -> Any:
+        asked.append(time.monotonic())
+        if len(asked) < 3:  # COORDINATOR_NOT_AVAILABLE, retriable
+            return InitProducerIdResponse(error_code=15, producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(error_code=0, producer_id=7, producer_epoch=0)
+
+    node.init_producer_id = init
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0,
+                                 retry_backoff_ms=500, retry_backoff_max_ms=500) as p:
+        await asyncio.wait_for(p.send_and_wait("t", b"v"), 10)
+        assert p._idempotence is not None and p._idempotence.producer_id == 7
+    gaps = [later - earlier for earlier, later in itertools.pairwise(asked)]
+    assert len(gaps) == 2
+    assert all(0.35 < gap < 1.0 for gap in gaps), gaps  # 500 ms +-20% jitter
+
+
+async def test_a_refused_bump_falls_back_to_a_fresh_producer_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a transactional id nothing can fence the producer: a bump the broker refuses,
+    even with PRODUCER_FENCED (Tansu, for an epoch it did not hand out), gets a fresh id."""
+    net = net_with_topic()
+    node = net.nodes[(H, 9001)]
+    asked: list[tuple[int, int]] = []
+
+    def init(req: Any) -> Any:
+        asked.append((req.body.producer_id, req.body.producer_epoch))
+        if req.body.producer_id >= 0:
+            return InitProducerIdResponse(error_code=90, producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse(error_code=0, producer_id=10 + len(asked),
+                                      producer_epoch=0)
+
+    node.init_producer_id = init
+    produced = 0
+
+    def lose_state_once(req: Any) -> Any:
+        nonlocal produced
+        produced += 1
+        response = produce_ok(req)
+        if produced == 2:  # the broker lost our state: UNKNOWN_PRODUCER_ID asks for a bump
+            for t in response.responses:
+                for part in t.partition_responses:
+                    part.error_code, part.base_offset = 59, -1
+        return response
+
+    node.produce = lose_state_once
+    async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0,
+                                 retry_backoff_ms=10) as p:
+        await asyncio.wait_for(p.send_and_wait("t", b"v"), 10)
+        await asyncio.wait_for(p.send_and_wait("t", b"after"), 10)
+        assert p._sender is not None and p._sender.fatal_error is None
+    assert asked == [(-1, -1), (11, 0), (-1, -1)]

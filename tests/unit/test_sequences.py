@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokprod.errors import IllegalStateError
+from aiokprod.producer.partition import PartitionProducer
 from aiokprod.producer.sequences import (
     MAX_SEQUENCE,
     InFlightEntry,
-    PartitionSequenceState,
     SequencedBatch,
     UnresolvedRange,
     increment_sequence,
@@ -138,14 +138,14 @@ def test_insert_refuses_a_batch_without_sequence() -> None:
         insert_in_sequence_order(deque(), Batch())
 
 
-# ---- PartitionSequenceState ---------------------------------------------------------------
+# ---- PartitionProducer ---------------------------------------------------------------
 
 def entry(seq: int, count: int = 1, *, on_wire: bool = True) -> InFlightEntry:
     return InFlightEntry(Batch(base_sequence=seq, record_count=count), on_wire=on_wire)
 
 
 def test_add_refuses_overlapping_sequences() -> None:
-    p = PartitionSequenceState("t", 0)
+    p = PartitionProducer("t", 0)
     p.add(entry(0, 3))
     with pytest.raises(IllegalStateError):
         p.add(entry(2, 1))
@@ -154,7 +154,7 @@ def test_add_refuses_overlapping_sequences() -> None:
 
 
 def test_counts_follow_add_remove_and_marks() -> None:
-    p = PartitionSequenceState("t", 0)
+    p = PartitionProducer("t", 0)
     a, b = entry(0), entry(1)
     p.add(a)
     p.add(b)
@@ -167,7 +167,7 @@ def test_counts_follow_add_remove_and_marks() -> None:
 
 
 def test_restart_renumbers_held_batches_in_order() -> None:
-    p = PartitionSequenceState("t", 0, producer_id=7, producer_epoch=0, next_sequence=20,
+    p = PartitionProducer("t", 0, producer_id=7, producer_epoch=0, next_sequence=20,
                                last_acked_sequence=9)
     held = [entry(10, 4, on_wire=False), entry(14, 2, on_wire=False)]
     for e in held:
@@ -181,14 +181,14 @@ def test_restart_renumbers_held_batches_in_order() -> None:
 
 
 def test_restart_is_refused_while_something_is_on_the_wire() -> None:
-    p = PartitionSequenceState("t", 0)
+    p = PartitionProducer("t", 0)
     p.add(entry(0))
     with pytest.raises(IllegalStateError):
         p.restart_sequences(1, 0)
 
 
 def test_acknowledge_never_moves_back() -> None:
-    p = PartitionSequenceState("t", 0)
+    p = PartitionProducer("t", 0)
     p.acknowledge(5, 5, 100)
     p.acknowledge(0, 5, 95)
     assert (p.last_acked_sequence, p.last_acked_offset) == (9, 104)
@@ -197,7 +197,7 @@ def test_acknowledge_never_moves_back() -> None:
 
 
 def test_drop_resolved_only_drops_ranges_acknowledged_past() -> None:
-    p = PartitionSequenceState("t", 0, producer_id=1, producer_epoch=0)
+    p = PartitionProducer("t", 0, producer_id=1, producer_epoch=0)
     p.unresolved = [UnresolvedRange(0, 2, 1, 0), UnresolvedRange(3, 4, 1, 0)]
     p.acknowledge(0, 3, 0)  # the first range itself was acknowledged late
     assert p.drop_resolved() == 1
@@ -206,7 +206,7 @@ def test_drop_resolved_only_drops_ranges_acknowledged_past() -> None:
 
 
 def test_is_next_sequence_across_the_wrap() -> None:
-    p = PartitionSequenceState("t", 0)
+    p = PartitionProducer("t", 0)
     assert p.is_next_sequence(0)
     p.acknowledge(MAX_SEQUENCE - 1, 2, -1)
     assert p.last_acked_sequence == MAX_SEQUENCE
@@ -215,7 +215,7 @@ def test_is_next_sequence_across_the_wrap() -> None:
 
 
 def test_repr_names_the_partition_and_counts() -> None:
-    p = PartitionSequenceState("orders", 3)
+    p = PartitionProducer("orders", 3)
     p.add(entry(0))
     text = repr(p)
     assert "orders-3" in text and "in_flight=1/5" in text

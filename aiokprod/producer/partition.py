@@ -1,0 +1,444 @@
+"""One owner per partition: :class:`PartitionProducer` and the table of them.
+
+Every per-partition fact of the producer lives in one object (docs/idempotence.md, "Where a
+partition's state lives"): the queue of batches the accumulator appends to and drains, the
+count of requests carrying the partition's batches (from which muting is derived), and the
+idempotent producer's sequences, in-flight and unresolved batches and KIP-1269 window. The
+accumulator, the sender and the idempotence manager share the objects through one
+:class:`Partitions` table instead of keeping each its own copy of them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aiokprod._error_codes import ErrorCode
+from aiokprod.errors import IllegalStateError
+from aiokprod.producer.sequences import (
+    DEFAULT_IN_FLIGHT_LIMIT,
+    LEADER_STATE_IDLE_S,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    InFlightEntry,
+    SequencedBatch,
+    UnresolvedRange,
+    increment_sequence,
+    last_sequence,
+    sequence_precedes,
+)
+
+if TYPE_CHECKING:
+    from aiokprod.producer.batch import ProducerBatch
+
+__all__ = ["PartitionProducer", "Partitions"]
+
+
+@dataclass(eq=False, slots=True)
+class PartitionProducer:
+    """Everything the producer holds for one partition: its queue of batches, the requests
+    carrying its batches, and the idempotent producer's sequences, window and unresolved
+    batches (docs/idempotence.md, "Where a partition's state lives").
+
+    One object, shared by the accumulator (which appends to and drains ``batches``), the
+    sender (which counts ``wire_requests``) and the idempotence manager (everything below
+    them), so that these facts cannot disagree. Created on first use with
+    ``producer_id = -1``, which makes it "stale" against any real producer id: the first drain
+    resets it to sequence 0 under the current id and epoch.
+    """
+
+    # Which partition this is, for messages and statistics.
+    topic: str
+    partition: int
+    # Batches waiting to be sent, oldest first: the open batch last, retries in sequence
+    # order ahead of never-sent ones (docs/batching.md A1-A3, docs/idempotence.md 8b).
+    batches: deque[ProducerBatch] = field(default_factory=deque)
+    # Batches of this partition in requests not answered yet (the connection's end counts as
+    # an answer), a batch failed by delivery.timeout.ms meanwhile included: its request can
+    # still land. With max.in.flight.requests.per.connection=1 the partition is muted while
+    # this is above 0 (docs/batching.md D5): derived, not kept as a flag of its own.
+    wire_requests: int = 0
+    # The producer id and epoch the sequences below belong to. When the manager's current id or
+    # epoch differs (after a bump or a new id), the partition is stale: it must start again at
+    # 0, but only once no batch of the old epoch can still reach the broker (idempotence.md 2b/3).
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    # Which producer-id assignment (InitProducerId answer or local bump, counted by the
+    # manager) the sequences belong to. Compared instead of the id and epoch alone because a
+    # broker that lost its producer state (a restart with memory storage, or any broker that
+    # forgot us) may hand out the very same id and epoch again: the old sequences are then
+    # meaningless although the pair did not change.
+    generation: int = 0
+    # Base sequence for the next new batch; advanced by its record count at drain (step 4).
+    next_sequence: int = 0
+    # Last record sequence the broker confirmed in this epoch (-1: none). A response may only
+    # advance it; OUT_OF_ORDER is a real gap only for the batch right after it (step 8b).
+    last_acked_sequence: int = NO_SEQUENCE
+    # Offset of the last confirmed record (-1: none, or only DUPLICATE answers): diagnostics, and
+    # what tells retention-caused UNKNOWN_PRODUCER_ID from data loss (Java's rule).
+    last_acked_offset: int = -1
+    # Batches holding a sequence and not yet completed, in sequence order: sent and awaiting an
+    # answer, or queued for a retry (the broker may already hold those too, so they count
+    # against the broker's de-duplication window just the same). docs/idempotence.md, "in flight".
+    in_flight: list[InFlightEntry] = field(default_factory=list)
+    # Expired batches whose fate is unknown; no new batch is drained while any exists
+    # (docs/idempotence.md, "unresolved", steps 1, 2a, 6).
+    unresolved: list[UnresolvedRange] = field(default_factory=list)
+    # The broker lost or rejected this partition's state (UNKNOWN_PRODUCER_ID, a real
+    # OUT_OF_ORDER gap, a failed batch, an unresolved expiry): at the next bump its held batches
+    # are renumbered from 0 under the new epoch instead of waiting for them to drain.
+    reset_requested: bool = False
+    # KIP-1269: at most this many in_flight batches, the broker's
+    # ProducerStateBatchesToRetain for this partition; 5 until a response says otherwise.
+    in_flight_limit: int = DEFAULT_IN_FLIGHT_LIMIT
+    # How many in_flight entries are on the wire: a reset may only happen at 0 (step 3) and,
+    # while retrying, a partition sends only at 0 (step 2c). Kept incrementally.
+    on_wire_count: int = 0
+    # How many in_flight entries were queued for a retry; > 0 means "retrying" (step 2c).
+    retrying_count: int = 0
+    # Times this partition's sequences were restarted at 0 after its first start: statistics.
+    sequence_resets: int = 0
+    # The leader acknowledged a batch of this producer id here, so it holds our producer state
+    # and checks every later first sequence (B4). Until then Kafka takes any first sequence
+    # from an id it has no state for, so a later batch could be written ahead of a refused
+    # earlier one: only one batch is held at a time (docs/idempotence.md, "A partition's first
+    # batches"). Cleared by a new producer id and by a broker that lost our state.
+    leader_holds_state: bool = False
+    # Clock time of the last acknowledgement under the current numbering: after
+    # LEADER_STATE_IDLE_S with nothing held, the leader is no longer trusted to hold our state.
+    last_acked_at: float = 0.0
+
+    # ---- queries -------------------------------------------------------------------------
+
+    @property
+    def retrying(self) -> bool:
+        """While a partition retries, it has one batch in flight at a time (idempotence.md 2c)."""
+        return self.retrying_count > 0
+
+    def is_stale(self, producer_id: int, producer_epoch: int,
+                 generation: int | None = None) -> bool:
+        """Its sequences belong to another producer id or epoch than the current one, or
+        (when ``generation`` is given) to an earlier assignment of the same pair."""
+        return (self.producer_id != producer_id or self.producer_epoch != producer_epoch
+                or (generation is not None and generation != self.generation))
+
+    def entry_for(self, batch: SequencedBatch) -> InFlightEntry | None:
+        """The in-flight entry of this very batch object, if it is tracked."""
+        for entry in self.in_flight:
+            if entry.batch is batch:
+                return entry
+        return None
+
+    def first_in_flight(self) -> InFlightEntry | None:
+        return self.in_flight[0] if self.in_flight else None
+
+    def follows_unresolved(self, base_sequence: int) -> bool:
+        """``base_sequence`` comes right after an unresolved batch (docs/idempotence.md step 8b)."""
+        return any(increment_sequence(r.last_sequence, 1) == base_sequence
+                   for r in self.unresolved)
+
+    def is_next_sequence(self, base_sequence: int) -> bool:
+        """``base_sequence`` is exactly one past what the broker confirmed in this epoch."""
+        expected = 0 if self.last_acked_sequence < 0 else increment_sequence(
+            self.last_acked_sequence, 1)
+        return base_sequence == expected
+
+    # ---- bookkeeping ---------------------------------------------------------------------
+
+    def add(self, entry: InFlightEntry) -> None:
+        """Track a newly stamped batch; sequences are handed out in order, so it goes last."""
+        last = self.in_flight[-1] if self.in_flight else None
+        if last is not None and not sequence_precedes(last.last_sequence, entry.base_sequence):
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: batch with sequence {entry.base_sequence} would "
+                f"overlap or precede in-flight sequence {last.last_sequence}")
+        self.in_flight.append(entry)
+        if entry.on_wire:
+            self.on_wire_count += 1
+        if entry.retried:
+            self.retrying_count += 1
+
+    def replace(self, old: InFlightEntry, new: list[InFlightEntry]) -> None:
+        """Put ``new`` where ``old`` was (a split keeps the old batch's place in the order)."""
+        index = self.in_flight.index(old)
+        self.remove(old)
+        self.in_flight[index:index] = new
+        for entry in new:
+            self.on_wire_count += entry.on_wire
+            self.retrying_count += entry.retried
+
+    def remove(self, entry: InFlightEntry) -> None:
+        self.in_flight.remove(entry)
+        if entry.on_wire:
+            self.on_wire_count -= 1
+        if entry.retried:
+            self.retrying_count -= 1
+
+    def mark_on_wire(self, entry: InFlightEntry, on_wire: bool) -> None:
+        if entry.on_wire != on_wire:
+            entry.on_wire = on_wire
+            self.on_wire_count += 1 if on_wire else -1
+
+    def mark_retried(self, entry: InFlightEntry) -> None:
+        if not entry.retried:
+            entry.retried = True
+            self.retrying_count += 1
+
+    def acknowledge(self, base_sequence: int, record_count: int, base_offset: int) -> None:
+        """Advance what the broker confirmed; an older confirmation never moves it back."""
+        last = last_sequence(base_sequence, record_count)
+        if self.last_acked_sequence < 0 or sequence_precedes(self.last_acked_sequence, last):
+            self.last_acked_sequence = last
+        if base_offset >= 0:
+            self.last_acked_offset = max(self.last_acked_offset, base_offset + record_count - 1)
+
+    def drop_resolved(self) -> int:
+        """Forget unresolved ranges the broker has confirmed past (docs/idempotence.md step 1a).
+
+        A success for a later batch proves the earlier sequences were written: the broker only
+        accepts a batch that continues its sequence. Returns how many ranges were resolved.
+        """
+        if not self.unresolved or self.last_acked_sequence < 0:
+            return 0
+        acked = self.last_acked_sequence
+        keep = [r for r in self.unresolved
+                if (r.producer_id, r.producer_epoch, r.generation)
+                != (self.producer_id, self.producer_epoch, self.generation)
+                or sequence_precedes(acked, r.last_sequence)]
+        resolved = len(self.unresolved) - len(keep)
+        self.unresolved = keep
+        return resolved
+
+    def restart_sequences(self, producer_id: int, producer_epoch: int,
+                          generation: int | None = None) -> list[InFlightEntry]:
+        """Renumber every held batch from 0 under a new id/epoch, in order (docs/idempotence.md 3).
+
+        Only legal with nothing on the wire: a batch already sent cannot change its header.
+        ``generation`` is the manager's producer-id generation (default: the next one).
+        Returns the restamped entries.
+        """
+        if self.on_wire_count:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: cannot restart sequences with "
+                f"{self.on_wire_count} batch(es) still on the wire")
+        if generation is None:
+            generation = self.generation + 1
+        if self.producer_id not in (producer_id, NO_PRODUCER_ID):
+            self.leader_holds_state = False  # the leader has never seen this producer id
+        seq = 0
+        for entry in self.in_flight:
+            entry.batch.stamp(producer_id, producer_epoch, seq)
+            entry.generation = generation
+            # the new epoch has never seen these records: nothing of this epoch is ambiguous
+            entry.possibly_written = False
+            seq = increment_sequence(seq, entry.batch.record_count)
+        if self.producer_id != NO_PRODUCER_ID:
+            self.sequence_resets += 1  # the first start is not a reset
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.generation = generation
+        self.next_sequence = seq
+        self.last_acked_sequence = NO_SEQUENCE
+        self.unresolved.clear()
+        self.reset_requested = False
+        return list(self.in_flight)
+
+    # ---- the sending rules of one partition (docs/idempotence.md steps 2, 8b; F1) -----------
+
+    def new_batch_allowed(self, now: float, stale: bool) -> bool:
+        """May a new batch be numbered and sent now (steps 2a-2c, F1, KIP-1269)? ``stale``:
+        the producer id or epoch changed since this partition's numbering."""
+        if self.unresolved:
+            return False  # step 2a
+        if self.in_flight:
+            if not self.leader_holds_state:
+                return False  # F1: a partition's first batches, one at a time until acknowledged
+        elif self.leader_holds_state and now - self.last_acked_at >= LEADER_STATE_IDLE_S:
+            self.leader_holds_state = False  # F1: idle; the leader may have forgotten us since
+        if self.retrying:
+            return False  # step 2c: retries go first, one at a time
+        if stale and self.in_flight:
+            return False  # step 2b: old-epoch batches still in flight
+        return len(self.in_flight) < self.in_flight_limit  # KIP-1269
+
+    def retry_allowed(self, entry: InFlightEntry) -> bool:
+        # step 2c: while retrying, one batch in flight, and only the first in sequence
+        return self.on_wire_count == 0 and self.first_in_flight() is entry
+
+    def held_entry(self, batch: SequencedBatch) -> InFlightEntry:
+        """The entry of a held batch about to be sent again; an untracked batch, or one on
+        the wire, is a caller's error."""
+        entry = self.entry_for(batch)
+        if entry is None:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: batch with sequence {batch.base_sequence} is not "
+                f"tracked (completed, expired or split) and must not be sent")
+        if entry.on_wire:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: batch with sequence {batch.base_sequence} is "
+                f"already on the wire; report its outcome (or on_not_sent) before sending it "
+                f"again")
+        return entry
+
+    def needs_reset_before_retry(self, entry: InFlightEntry, code: ErrorCode) -> bool:
+        """docs/idempotence.md step 8b, for UNKNOWN_PRODUCER_ID and OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+        "Unless a SEQ reset already happened" is read per partition: a reset already requested
+        and not yet performed covers every answer that arrives before it. Answers from before
+        a reset cannot arrive after it here (a reset waits until nothing is on the wire), so
+        unlike Java no per-batch "sequence was reset" flag is needed, and a broker that loses
+        our state again later gets a new reset instead of endless retries.
+        """
+        if code not in (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+            return False
+        if self.reset_requested:
+            return False  # the pending reset will renumber this batch too: just retry
+        if code is ErrorCode.UNKNOWN_PRODUCER_ID:
+            return True  # the broker lost our state (retention): bump & reset, then retry
+        # A real gap, proved by the broker, exists only when no batch we still hold comes
+        # before this one: then everything before it was acknowledged (the broker lost it),
+        # expired unresolved (then it was not written, or the broker would expect this batch),
+        # or failed (a reset is already pending). If an earlier batch is still held, being
+        # retried or on the wire, its own answer decides: it may be written (its response was
+        # lost) and renumbering it would write it twice, so this one just retries behind it.
+        # This is Java's "is it the next sequence" test (TransactionManager) and librdkafka's
+        # "first in-flight" test, read over what we hold rather than over the last
+        # acknowledgement alone, which after a broker restart or an expiry says nothing.
+        return self.first_in_flight() is entry
+
+    def speaks_of_current_numbering(self, entry: InFlightEntry | None,
+                                    batch: SequencedBatch) -> bool:
+        """An answer for ``batch`` tells us about ``p``'s current sequences.
+
+        A tracked batch: if it was numbered in the partition's current generation. An
+        untracked one (it expired on the wire): only if it is one of the current generation's
+        unresolved ranges, the one case where its late success matters (step 1a). The header
+        alone cannot decide: after a broker lost its state, the same id and epoch return.
+        """
+        if entry is not None:
+            return entry.generation == self.generation and not self.is_stale(
+                batch.producer_id, batch.producer_epoch)
+        return any(r.base_sequence == batch.base_sequence and r.generation == self.generation
+                   and (r.producer_id, r.producer_epoch) == (batch.producer_id,
+                                                             batch.producer_epoch)
+                   for r in self.unresolved)
+
+    # ---- first batches and renumbering (docs/idempotence.md F2, F3, step 3) ----------------
+
+    def overtaken(self, earlier: list[InFlightEntry]) -> list[InFlightEntry]:
+        """F2: of the batches held before one the leader just wrote, those that certainly
+        were not written (refused or never sent, in this numbering): the leader took a gap,
+        so they can no longer be written in order. Batches on the wire or perhaps written
+        are left to their answers: they may well be in the log before it."""
+        return [e for e in earlier if not e.on_wire and not e.possibly_written
+                and e.generation == self.generation]
+
+    def unrenumberable(self, stale: bool) -> list[InFlightEntry]:
+        """F3: before a renumbering (step 3), the held batches that must fail instead: the
+        last that may already be written under the current numbering (under a new id or
+        epoch the broker could not recognise it, and would write it twice) and every one
+        before it (had it been written, they could only follow it out of order)."""
+        if not (self.reset_requested and self.in_flight and not self.on_wire_count and stale):
+            return []
+        last = max((i for i, e in enumerate(self.in_flight) if e.possibly_written), default=-1)
+        return self.in_flight[:last + 1]
+
+    def restart_due(self, stale: bool) -> bool:
+        """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
+
+        It asked for the reset: its held batches are renumbered once nothing is on the wire.
+        It did not: only once it holds nothing at all, so batches that may already be written
+        finish under the old epoch, where the broker de-duplicates them.
+        """
+        if not stale or self.on_wire_count:
+            return False
+        if self.in_flight and not self.reset_requested:
+            return False
+        written = [e.base_sequence for e in self.in_flight if e.possibly_written]
+        if written:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: sequence(s) {written} may be written and "
+                f"must not be renumbered (F3 fails them first)")
+        return True
+
+    def split(self, batch: SequencedBatch, new_batches: Sequence[SequencedBatch]) -> int:
+        """MESSAGE_TOO_LARGE split ``batch`` (docs/compression.md S4): the new batches take its
+        sequence range, in order, and its place among the held batches, as held for a retry.
+        The broker never wrote the big batch, so these sequences are fresh to it. Returns how
+        many batches now hold its sequences."""
+        entry = self.held_entry(batch)
+        if sum(b.record_count for b in new_batches) != batch.record_count or not new_batches:
+            raise IllegalStateError(
+                f"{self.topic}-{self.partition}: a split must keep the {batch.record_count} "
+                f"records of sequence {batch.base_sequence}, got "
+                f"{[b.record_count for b in new_batches]}")
+        seq = batch.base_sequence
+        entries = []
+        for new in new_batches:
+            new.stamp(batch.producer_id, batch.producer_epoch, seq)
+            seq = increment_sequence(seq, new.record_count)
+            entries.append(InFlightEntry(new, on_wire=False, retried=True,
+                                         generation=entry.generation))
+        self.replace(entry, entries)
+        return len(entries)
+
+    def __iter__(self) -> Iterator[InFlightEntry]:
+        return iter(self.in_flight)
+
+    def __repr__(self) -> str:
+        return (f"<PartitionProducer {self.topic}-{self.partition} "
+                f"queued={len(self.batches)} wire_requests={self.wire_requests} "
+                f"pid={self.producer_id} epoch={self.producer_epoch} gen={self.generation} "
+                f"next={self.next_sequence} acked={self.last_acked_sequence} "
+                f"in_flight={len(self.in_flight)}/{self.in_flight_limit} "
+                f"on_wire={self.on_wire_count} unresolved={len(self.unresolved)} "
+                f"retrying={self.retrying} reset_requested={self.reset_requested} "
+                f"leader_holds_state={self.leader_holds_state}>")
+
+
+class Partitions:
+    """The producer's partitions by topic, then partition number.
+
+    ``by_topic`` is read directly on the append path (two dict lookups per record, as
+    before). ``created`` counts new partitions, so a cache built over them (the accumulator's
+    partitions-by-leader) knows when it is stale, whoever created one.
+    """
+
+    __slots__ = ("by_topic", "created")
+
+    def __init__(self) -> None:
+        self.by_topic: dict[str, dict[int, PartitionProducer]] = {}
+        self.created = 0
+
+    def get(self, topic: str, partition: int) -> PartitionProducer:
+        """The partition's object, created on first use."""
+        parts = self.by_topic.get(topic)
+        if parts is None:
+            parts = self.by_topic[topic] = {}
+        p = parts.get(partition)
+        if p is None:
+            p = parts[partition] = PartitionProducer(topic, partition)
+            self.created += 1
+        return p
+
+    def find(self, topic: str, partition: int) -> PartitionProducer | None:
+        parts = self.by_topic.get(topic)
+        return parts.get(partition) if parts is not None else None
+
+    def drop(self, topic: str, partition: int) -> None:
+        parts = self.by_topic.get(topic)
+        if parts is not None:
+            parts.pop(partition, None)
+            if not parts:
+                del self.by_topic[topic]
+            self.created += 1  # a cache over them is stale too
+
+    def __iter__(self) -> Iterator[PartitionProducer]:
+        for parts in self.by_topic.values():
+            yield from parts.values()
+
+    def __len__(self) -> int:
+        return sum(len(parts) for parts in self.by_topic.values())
