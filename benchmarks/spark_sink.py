@@ -433,6 +433,10 @@ def main() -> None:
         return
     python = ensure_venv()
     if Path(sys.prefix).resolve() != VENV.resolve():
+        # the venv is shared by every checkout (its editable install names the first one):
+        # this checkout goes first on the path, for this process and Spark's Python workers
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = str(ROOT) if not path else str(ROOT) + os.pathsep + path
         os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
     run(args)
 
