@@ -144,17 +144,6 @@ class IdempotenceManager(ProducerIdHolder):
         """The partition's bookkeeping, created on first use."""
         return self._partitions.get(tp.topic, tp.partition)
 
-    def retry_order(self, batch: SequencedBatch) -> list[SequencedBatch]:
-        """The batches of ``batch``'s partition that hold a sequence, in sequence order.
-
-        ``PartitionProducer.in_flight`` is the one record of a partition's sequence order
-        (new batches are appended as they are numbered, a split takes its batch's place, a
-        reset renumbers in place), so the accumulator puts a retry back by its place in this
-        list instead of comparing sequence numbers itself.
-        """
-        p = self._partitions.find(batch.topic, batch.partition)
-        return [] if p is None else [entry.batch for entry in p.in_flight]
-
     def forget_topic(self, topic: str) -> int:
         """Drop the topic's partitions that hold no sequence the broker could remember.
 

@@ -48,9 +48,15 @@ class PartitionState:
     # Which partition this is, for messages and statistics.
     topic: str
     partition: int
-    # Batches waiting to be sent, oldest first: the open batch last, retries in sequence
-    # order ahead of never-sent ones (docs/batching.md A1-A3, docs/idempotence.md 8b).
+    # Every unacknowledged batch of the partition, in the order it was first drained, the
+    # open batch last (docs/batching.md A1-A3): drained batches stay here until answered and
+    # released, so the order they were numbered in is this order. Batches before
+    # ``drain_index`` are all drained (on the wire or awaiting an answer); a retry rewinds the
+    # cursor to itself instead of being re-inserted (docs/idempotence.md 8b).
     batches: deque[ProducerBatch] = field(default_factory=deque)
+    # The drain cursor into ``batches`` (franz-go's batchDrainIdx): the next batch to drain is
+    # the first at or after it that is waiting (``ProducerBatch.queued``).
+    drain_index: int = 0
     # Batches of this partition in requests not answered yet (the connection's end counts as
     # an answer), a batch failed by delivery.timeout.ms meanwhile included: its request can
     # still land. With max.in.flight.requests.per.connection=1 the partition is muted while
@@ -144,6 +150,60 @@ class PartitionState:
         expected = 0 if self.last_acked_sequence < 0 else increment_sequence(
             self.last_acked_sequence, 1)
         return base_sequence == expected
+
+    # ---- the queue and its drain cursor ----------------------------------------------------
+
+    def head(self) -> ProducerBatch | None:
+        """The next batch to drain, or None. The cursor moves past batches still awaiting an
+        answer (after a rewind, later batches may still be on the wire)."""
+        batches = self.batches
+        i = self.drain_index
+        n = len(batches)
+        while i < n and not batches[i].queued:
+            i += 1
+        self.drain_index = i
+        return batches[i] if i < n else None
+
+    def waiting(self) -> list[ProducerBatch]:
+        """The batches waiting to be drained, in drain order."""
+        batches = self.batches
+        return [batches[i] for i in range(self.drain_index, len(batches)) if batches[i].queued]
+
+    def put_back(self, batch: ProducerBatch) -> None:
+        """A drained batch waits again (a retry, a split part, not sent after all): the
+        cursor rewinds to it, so it goes before every batch after it and keeps its place
+        among the drained ones. A batch the queue does not hold goes first among the waiting."""
+        batch.queued = True
+        try:
+            index = self.batches.index(batch)
+        except ValueError:
+            self.batches.insert(self.drain_index, batch)
+            return
+        self.drain_index = min(self.drain_index, index)
+
+    def discard(self, batch: ProducerBatch) -> bool:
+        """Take ``batch`` out of the queue (answered, failed, expired, given up on)."""
+        batches = self.batches
+        if batches and batches[0] is batch:
+            batches.popleft()
+            index = 0
+        else:
+            try:
+                index = batches.index(batch)
+            except ValueError:
+                return False
+            del batches[index]
+        if index < self.drain_index:
+            self.drain_index -= 1
+        return True
+
+    def replace_batch(self, old: ProducerBatch, new: list[ProducerBatch]) -> None:
+        """A split: the parts take ``old``'s place in the queue, waiting (``put_back``)."""
+        index = self.batches.index(old)
+        del self.batches[index]
+        for offset, batch in enumerate(new):
+            self.batches.insert(index + offset, batch)
+        self.drain_index = min(self.drain_index, index)
 
     # ---- bookkeeping ---------------------------------------------------------------------
 
