@@ -397,10 +397,7 @@ class RecordAccumulator(SenderSide):
         aborted: list[ProducerBatch] = []
         for parts in self._queues.values():
             for queue in parts.values():
-                waiting = queue.waiting()
-                for batch in waiting:
-                    queue.discard(batch)
-                aborted.extend(waiting)
+                aborted.extend(queue.take_waiting())
         self._queued_records = 0
         return aborted
 

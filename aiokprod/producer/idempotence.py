@@ -140,6 +140,11 @@ class IdempotenceManager(ProducerIdHolder):
 
     # ---- state --------------------------------------------------------------------------
 
+    @property
+    def partitions(self) -> Partitions:
+        """The producer's partitions, shared with the accumulator and the transaction."""
+        return self._partitions
+
     def partition_state(self, tp: TopicPartitionLike) -> PartitionProducer:
         """The partition's bookkeeping, created on first use."""
         return self._partitions.get(tp.topic, tp.partition)

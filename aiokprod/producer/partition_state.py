@@ -30,7 +30,13 @@ from aiokprod.producer.sequences import (
 if TYPE_CHECKING:
     from aiokprod.producer.batch import ProducerBatch
 
-__all__ = ["PartitionState"]
+__all__ = ["TXN_ADDED", "TXN_ADDING", "TXN_NONE", "TXN_PENDING", "PartitionState"]
+
+# How far a partition got into the open transaction (``PartitionState.txn_stage``)
+TXN_NONE = 0  # not part of it
+TXN_PENDING = 1  # a drain found a batch of it: to be asked for with AddPartitionsToTxn
+TXN_ADDING = 2  # in the AddPartitionsToTxn on the wire
+TXN_ADDED = 3  # accepted by the coordinator (or added implicitly, KIP-890): its batches may go
 
 @dataclass(eq=False, slots=True)
 class PartitionState:
@@ -115,6 +121,12 @@ class PartitionState:
     # request can still land, so they count as on the wire (a fresh producer id waits for
     # none to be) until its answer, or the connection's end, comes.
     expired_on_wire: set[SequencedBatch] = field(default_factory=set)
+    # The transaction this partition is part of (KIP-98): the number of the transaction
+    # (``transactions.PartitionsInTransaction.number``) that ``txn_stage`` speaks of, and how
+    # far the partition got in it (TXN_*). A stage of another transaction means "not part of
+    # the open one", so ending a transaction takes every partition out at once by counting on.
+    txn_number: int = 0
+    txn_stage: int = TXN_NONE
 
     # ---- queries -------------------------------------------------------------------------
 
@@ -168,6 +180,14 @@ class PartitionState:
         """The batches waiting to be drained, in drain order."""
         batches = self.batches
         return [batches[i] for i in range(self.drain_index, len(batches)) if batches[i].queued]
+
+    def take_waiting(self) -> list[ProducerBatch]:
+        """Take every waiting batch out (an abort), in one pass; drained ones stay."""
+        waiting = self.waiting()
+        if waiting:
+            self.batches = deque(b for b in self.batches if not b.queued)
+            self.drain_index = len(self.batches)
+        return waiting
 
     def put_back(self, batch: ProducerBatch) -> None:
         """A drained batch waits again (a retry, a split part, not sent after all): the
