@@ -119,10 +119,6 @@ class RecordAccumulator(SenderSide):
         # (view, partitions created, by leader): views are replaced, not mutated
         self._nodes_cache: tuple[ClusterView, int,
                                  dict[int, list[tuple[PartitionProducer, int]]]] | None = None
-        # an idempotent producer's record of each partition's sequence order (the sender sets
-        # IdempotenceManager.retry_order here): retries go back by their place in it, so the
-        # order has one owner instead of being re-derived from sequence numbers
-        self.retry_order: Callable[[ProducerBatch], Sequence[object]] | None = None
         # topic, [(partition, leader or None, queued batches)] → the partitioner (KIP-794)
         self.on_queue_sizes: Callable[[str, list[tuple[int, int | None, int]]], None] | None \
             = None
@@ -348,14 +344,21 @@ class RecordAccumulator(SenderSide):
         return self._partitions.get(topic, partition)
 
     def queued_batches(self, topic: str, partition: int) -> list[ProducerBatch]:
-        """The partition's queued batches, head first (for tests and diagnostics)."""
+        """The partition's batches waiting to be drained, head first (its last batch for the
+        sticky partitioner; tests and diagnostics)."""
         parts = self._queues.get(topic)
         queue = parts.get(partition) if parts is not None else None
-        return [] if queue is None else list(queue.batches)
+        return [] if queue is None else queue.waiting()
 
     def release(self, batch: ProducerBatch) -> None:
-        """The batch is finished: forget it and return its memory."""
+        """The batch is finished: forget it and return its memory. A drained batch leaves
+        its partition's queue here; a waiting one was taken out by whoever failed it."""
         self._incomplete.discard(batch)
+        if not batch.queued:
+            parts = self._queues.get(batch.topic)
+            queue = parts.get(batch.partition) if parts is not None else None
+            if queue is not None:
+                queue.discard(batch)
         if batch.buffer_size:
             # Hand back the bytes, not the bytearray: the batch and its sealed memoryview (which
             # pins the buffer's size) may outlive this call (flush(), unresolved idempotent
@@ -386,15 +389,15 @@ class RecordAccumulator(SenderSide):
 
     def has_queued(self) -> bool:
         return self._queued_records > 0 or any(
-            q.batches for parts in self._queues.values() for q in parts.values())
+            q.head() is not None for parts in self._queues.values() for q in parts.values())
 
     def abort_queued(self) -> list[ProducerBatch]:
-        """Take every queued batch out (close with a timeout, fatal errors); caller fails them."""
+        """Take every waiting batch out (close with a timeout, fatal errors); caller fails
+        them. Drained batches stay until their answers."""
         aborted: list[ProducerBatch] = []
         for parts in self._queues.values():
             for queue in parts.values():
-                aborted.extend(queue.batches)
-                queue.batches.clear()
+                aborted.extend(queue.take_waiting())
         self._queued_records = 0
         return aborted
 
@@ -404,9 +407,7 @@ class RecordAccumulator(SenderSide):
         queue = self._queues.get(batch.topic, {}).get(batch.partition)
         if queue is None:
             return False
-        try:
-            queue.batches.remove(batch)
-        except ValueError:
+        if not batch.queued or not queue.discard(batch):
             return False
         self._queued_records -= batch.record_count
         return True
@@ -440,7 +441,7 @@ class RecordAccumulator(SenderSide):
     def statistics(self) -> AccumulatorStatistics:
         return AccumulatorStatistics(
             partitions=sum(len(p) for p in self._queues.values()),
-            queued_batches=sum(len(q.batches) for p in self._queues.values()
+            queued_batches=sum(len(q.waiting()) for p in self._queues.values()
                                for q in p.values()),
             queued_records=self._queued_records,
             incomplete_batches=len(self._incomplete),

@@ -17,7 +17,6 @@ from aiokprod.network.metadata import ClusterView
 from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.batch_split import split_refused
 from aiokprod.producer.partition import PartitionProducer, Partitions
-from aiokprod.producer.sequences import insert_in_sequence_order
 
 if TYPE_CHECKING:
     from aiokprod.producer.buffer_pool import BufferPool
@@ -42,7 +41,6 @@ class SenderSide:
     batch_size: int
     compression: CompressionType
     guarantee_order: bool
-    retry_order: Callable[[ProducerBatch], Sequence[object]] | None
     on_queue_sizes: Callable[[str, list[tuple[int, int | None, int]]], None] | None
     _pool: BufferPool
     _partitions: Partitions
@@ -77,11 +75,12 @@ class SenderSide:
             if feed is not None and meta is not None:
                 # KIP-794: the adaptive partitioner steers new records away from long queues
                 feed(topic, [(p, meta.leader(p) if meta.leader(p) >= 0 else None,
-                              len(parts[p].batches) if p in parts else 0)
+                              len(parts[p].batches) - parts[p].drain_index
+                              if p in parts else 0)
                              for p in meta.partition_ids])
             for partition, queue in parts.items():
-                batches = queue.batches
-                if not batches:
+                first = queue.head()
+                if first is None:
                     continue
                 if queue.wire_requests and self.guarantee_order:
                     continue  # muted: its batch on the wire must be answered first (D5)
@@ -92,7 +91,6 @@ class SenderSide:
                 leader = pm.leader
                 if leader in result.ready_nodes:
                     continue
-                first = batches[0]
                 if first.attempts > 0:
                     wait_until = first.retry_at
                     # backing off, unless its partition has a new leader since (Java's
@@ -102,7 +100,7 @@ class SenderSide:
                         continue
                     result.ready_nodes.add(leader)
                     continue
-                full = len(batches) > 1 or first.builder.is_full()
+                full = len(queue.batches) - queue.drain_index > 1 or first.builder.is_full()
                 waited = now - first.created_at
                 if full or urgent or waited >= linger:
                     result.ready_nodes.add(leader)
@@ -136,9 +134,9 @@ class SenderSide:
             n = len(queues)
             for i in range(n):
                 queue, leader_epoch = queues[(start + i) % n]
-                if not queue.batches:
+                first = queue.head()
+                if first is None:
                     continue
-                first = queue.batches[0]
                 if first.attempts > 0 and now < first.retry_at and \
                         not leader_epoch > first.leader_epoch:
                     continue  # backing off, unless its partition has a new leader since
@@ -151,7 +149,8 @@ class SenderSide:
                     continue  # muted (D5)
                 if not can_send(first):
                     continue
-                queue.batches.popleft()
+                queue.drain_index += 1  # it stays in the queue until answered
+                first.queued = False
                 self._queued_records -= first.record_count
                 on_drain(first)
                 first.seal()
@@ -185,17 +184,14 @@ class SenderSide:
         return by_node
 
     def reenqueue(self, batch: ProducerBatch, now: float, *, front: bool = False) -> None:
-        """Put a batch back for a retry, in sequence order among the partition's batches.
+        """Put a drained batch back for a retry: its partition's drain cursor rewinds to it.
 
-        docs/idempotence.md step 8b: a retried idempotent batch must go back before any batch
-        with a later sequence, or the broker would see a gap. Batches never drained (sequence -1)
-        stay last.
-        "Later" is the place in ``retry_order`` (idempotence's in-flight list, the one owner of
-        the order) when set; otherwise wrap-aware sequence order
-        (``sequences.insert_in_sequence_order``). A plain ``>`` on sequences put a retry of
-        2**31-2 behind one of 1, and the partition stalled, since idempotence sends only the
-        first held batch while retrying. ``front`` is kept for callers; an unnumbered batch
-        always goes back to the head.
+        The batch never left its partition's queue (``PartitionState.batches`` holds every
+        unacknowledged batch in the order it was first drained), so it keeps its place: before
+        every batch drained after it and every batch never drained. For an idempotent
+        producer that place is its sequence order (docs/idempotence.md step 8b), with no
+        comparison of sequence numbers, which wrap at 2**31-1 and are renumbered by resets.
+        ``front`` is kept for callers: a retry always goes before what was never drained.
         """
         batch.attempts += 1
         batch.in_retry = True
@@ -204,53 +200,36 @@ class SenderSide:
         self._put_back(batch)
 
     def requeue_split(self, batches: Sequence[ProducerBatch]) -> None:
-        """Queue the batches a split made, in the refused batch's place, as never tried.
+        """Queue the batches a split made (they hold the refused batch's place, ``split``),
+        as never tried.
 
         The broker refused the batch for its size, not for anything a wait would change, so
         its parts go out without the retry backoff and with ``attempts`` 0, as new batches
         (the Java client's splitAndReenqueue): no attempt was used up and, being first
         attempts, they count in the per-batch metrics.
         """
-        for batch in reversed(batches):
+        for batch in batches:
             self._put_back(batch)
 
     def _put_back(self, batch: ProducerBatch) -> None:
-        """Queue a drained batch again, in sequence order among the partition's batches."""
-        queue = self._queue(batch.topic, batch.partition)
-        batches = queue.batches
-        if batch.base_sequence < 0:
-            # never numbered (idempotence off, or a split of an unnumbered batch): it was
-            # drained from the head, so it goes back to the head
-            batches.appendleft(batch)
-        else:
-            order = self.retry_order(batch) if self.retry_order is not None else ()
-            place = {id(b): i for i, b in enumerate(order)}
-            mine = place.get(id(batch))
-            if mine is None:
-                # not tracked by an owner: wrap-aware sequence order (sequences.py)
-                insert_in_sequence_order(batches, batch)
-            else:
-                # before every queued batch that comes later in the owner's order, and before
-                # every batch not numbered yet
-                index = 0
-                for other in batches:
-                    rank = place.get(id(other))
-                    if rank is None or rank > mine:
-                        break
-                    index += 1
-                batches.insert(index, batch)
+        self._queue(batch.topic, batch.partition).put_back(batch)
         self._queued_records += batch.record_count
         self._wakeup()
 
     def split(self, batch: ProducerBatch, now: float) -> list[ProducerBatch]:
         """docs/compression.md S1-S5: re-cut a batch the broker refused as too large
-        (``batch_split.split_refused``); the new batches are tracked as incomplete and the old
-        one's memory goes back to the pool. The caller numbers (idempotence) and queues them
-        (``requeue_split``)."""
+        (``batch_split.split_refused``); the new batches take its place in its partition's
+        queue and are tracked as incomplete, and the old one's memory goes back to the pool.
+        The caller numbers (idempotence) and queues them (``requeue_split``)."""
         created = split_refused(batch, batch_size=self.batch_size,
                                 compression=self.compression,
                                 compression_level=self._compression_level,
                                 estimator=self._estimator)
+        for part in created:
+            part.queued = False  # waiting once requeue_split (or a reenqueue) puts it back
+        queue = self._queue(batch.topic, batch.partition)
+        if batch in queue.batches:
+            queue.replace_batch(batch, created)
         self._incomplete.update(created)
         batch.done = True
         batch.final_state = "split"
@@ -258,16 +237,18 @@ class SenderSide:
         return created
 
     def expire(self, now: float) -> list[ProducerBatch]:
-        """Batches still queued past ``delivery_timeout_ms``: removed, for the sender to fail."""
+        """Batches still waiting past ``delivery_timeout_ms``, oldest first from each
+        partition's drain cursor: taken out, for the sender to fail."""
         expired: list[ProducerBatch] = []
         deadline = self._delivery_timeout
         for parts in self._queues.values():
             for queue in parts.values():
-                batches = queue.batches
-                while batches and now - batches[0].created_at >= deadline:
-                    batch = batches.popleft()
+                batch = queue.head()
+                while batch is not None and now - batch.created_at >= deadline:
+                    queue.discard(batch)
                     self._queued_records -= batch.record_count
                     expired.append(batch)
+                    batch = queue.head()
         return expired
 
     def delivery_timeout_error(self, batch: ProducerBatch, now: float) -> KafkaTimeoutError:
@@ -277,6 +258,6 @@ class SenderSide:
             f"(delivery.timeout.ms={int(self._delivery_timeout * 1000)})")
 
     def next_expiry_delay(self, now: float) -> float:
-        oldest = min((q.batches[0].created_at for parts in self._queues.values()
-                      for q in parts.values() if q.batches), default=None)
+        heads = (q.head() for parts in self._queues.values() for q in parts.values())
+        oldest = min((h.created_at for h in heads if h is not None), default=None)
         return float("inf") if oldest is None else max(0.0, oldest + self._delivery_timeout - now)

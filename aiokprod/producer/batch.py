@@ -49,6 +49,7 @@ class ProducerBatch:
         "partition",
         "producer_epoch",
         "producer_id",
+        "queued",
         "retry_at",
         "sealed",
         "segments",
@@ -103,6 +104,9 @@ class ProducerBatch:
         # in a request not answered yet (counted in its PartitionProducer.wire_requests)
         self.on_wire = False
         self.in_retry = False  # re-enqueued after an error
+        # waiting in its partition's queue to be drained: True from creation until drained,
+        # again when put back for a retry (PartitionState.batches and its drain cursor)
+        self.queued = True
         self.producer_id = -1  # idempotence: stamped at drain
         self.producer_epoch = -1
         self.base_sequence = -1  # counted per record; kept across retries unless reset

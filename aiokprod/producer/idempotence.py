@@ -33,8 +33,8 @@ from typing import cast
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
-from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError, error_for_code
-from aiokprod.producer.partition import PartitionProducer, Partitions
+from aiokprod.errors import IllegalStateError, error_for_code
+from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions
 from aiokprod.producer.producer_id_state import (
     TRANSITIONS,
     Event,
@@ -50,9 +50,6 @@ from aiokprod.producer.sequences import (
     InFlightEntry,
     SequencedBatch,
     TopicPartitionLike,
-    UnresolvedRange,
-    increment_sequence,
-    last_sequence,
 )
 
 __all__ = [
@@ -74,7 +71,8 @@ _TP = tuple[str, int]
 
 @dataclass(frozen=True)
 class IdempotenceStatistics:
-    """A snapshot for tests, metrics and ``__repr__``; every count is kept incrementally."""
+    """A snapshot for tests, metrics and ``__repr__``; the counts are kept incrementally,
+    except ``in_flight_batches``, summed over the partitions that hold them."""
 
     state: ProducerIdState
     producer_id: int
@@ -128,10 +126,6 @@ class IdempotenceManager(ProducerIdHolder):
         # the producer's partitions, shared with the accumulator (which queues their batches)
         self._partitions = partitions if partitions is not None else Partitions()
         self._with_unresolved: set[_TP] = set()  # step 1 visits only these
-        self._in_flight_total = 0
-        # batches failed by delivery.timeout.ms while their request was still unanswered: the
-        # request can still land, so they count as on the wire until its answer comes
-        self._expired_on_wire: set[SequencedBatch] = set()
         # held batches taken out of in_flight because they can no longer be written in order
         # or exactly once (docs/idempotence.md, "A partition's first batches"); the sender
         # takes them (take_doomed), removes them from the accumulator and fails them
@@ -146,20 +140,14 @@ class IdempotenceManager(ProducerIdHolder):
 
     # ---- state --------------------------------------------------------------------------
 
+    @property
+    def partitions(self) -> Partitions:
+        """The producer's partitions, shared with the accumulator and the transaction."""
+        return self._partitions
+
     def partition_state(self, tp: TopicPartitionLike) -> PartitionProducer:
         """The partition's bookkeeping, created on first use."""
         return self._partitions.get(tp.topic, tp.partition)
-
-    def retry_order(self, batch: SequencedBatch) -> list[SequencedBatch]:
-        """The batches of ``batch``'s partition that hold a sequence, in sequence order.
-
-        ``PartitionProducer.in_flight`` is the one record of a partition's sequence order
-        (new batches are appended as they are numbered, a split takes its batch's place, a
-        reset renumbers in place), so the accumulator puts a retry back by its place in this
-        list instead of comparing sequence numbers itself.
-        """
-        p = self._partitions.find(batch.topic, batch.partition)
-        return [] if p is None else [entry.batch for entry in p.in_flight]
 
     def forget_topic(self, topic: str) -> int:
         """Drop the topic's partitions that hold no sequence the broker could remember.
@@ -182,8 +170,7 @@ class IdempotenceManager(ProducerIdHolder):
         return p.is_stale(self._producer_id, self._producer_epoch, self._generation)
 
     def _any_on_wire(self) -> bool:
-        return bool(self._expired_on_wire) or any(
-            p.on_wire_count for p in self._partitions)
+        return any(p.on_wire_count or p.expired_on_wire for p in self._partitions)
 
     def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """InitProducerId succeeded. Every partition restarts at 0 once it can (step 3)."""
@@ -196,13 +183,7 @@ class IdempotenceManager(ProducerIdHolder):
         # broker would answer OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
         self._broker_state_losses += 1
         for p in self._partitions:
-            p.reset_requested = True
-            p.leader_holds_state = False
-            for entry in p.in_flight:
-                # a broker that forgot us cannot tell a resend from a new batch, whatever
-                # we do: what it may have written under the old pair is lost with its
-                # state (memory storage), so these are renumbered and sent again
-                entry.possibly_written = False
+            p.forget_broker_state()
         log.warning("[client %s] the broker handed out producer id %d epoch %d again: it "
                     "lost our producer state; renumbering every partition's unacknowledged "
                     "batches from sequence 0", self._client_id, producer_id, producer_epoch)
@@ -232,17 +213,13 @@ class IdempotenceManager(ProducerIdHolder):
         some remain and nothing of the partition is in flight, they were not written: bump &
         reset (1b). Returns True when it asked for the reset."""
         p = self.partition_state(tp)
-        self._resolved_total += p.drop_resolved()
-        key = (p.topic, p.partition)
+        resolved, unwritten = p.settle_unresolved()
+        self._resolved_total += resolved
         if not p.unresolved:
-            self._with_unresolved.discard(key)
-            return False
-        if p.on_wire_count or p.in_flight:
-            return False  # a later batch may still prove them written, or show the gap
-        p.unresolved.clear()
-        self._with_unresolved.discard(key)
-        self._request_reset(p, "unresolved batches and nothing left in flight (step 1b)")
-        return True
+            self._with_unresolved.discard((p.topic, p.partition))
+        if unwritten:
+            self._request_reset(p, "unresolved batches and nothing left in flight (step 1b)")
+        return unwritten
 
     # ---- sending (steps 2-5) ------------------------------------------------------------
 
@@ -276,22 +253,20 @@ class IdempotenceManager(ProducerIdHolder):
         instead, and so does every held batch before it: had it been written, they could only
         be written after it, out of order (docs/idempotence.md, "A partition's first
         batches")."""
-        doomed = p.unrenumberable(self._is_stale(p))
-        if not doomed:
-            return
-        log.warning("[client %s] %s-%d: sequence(s) %s may already be written and cannot be "
-                    "sent again under a new producer id or epoch; failing %d held batch(es) "
-                    "instead of writing records twice or out of order", self._client_id,
-                    p.topic, p.partition,
-                    [e.base_sequence for e in doomed if e.possibly_written], len(doomed))
-        self._doom(p, doomed, lambda e: OutOfOrderSequenceNumberError(
-            f"{p.topic}-{p.partition}: {e.batch.record_count} record(s) (sequence "
-            f"{e.base_sequence}) failed: "
-            + ("an earlier attempt may have written them, and the producer had to restart "
-               "its sequences, so sending them again could write them twice"
-               if e.possibly_written else
-               "a later batch of this partition may already be written, and these would "
-               "follow it out of order")))
+        doomed = p.unrenumberable_failed(self._is_stale(p))
+        if doomed:
+            log.warning("[client %s] %s-%d: sequence(s) %s may already be written and cannot "
+                        "be sent again under a new producer id or epoch; failing %d held "
+                        "batch(es) instead of writing records twice or out of order",
+                        self._client_id, p.topic, p.partition,
+                        [e.base_sequence for e, _ in doomed if e.possibly_written], len(doomed))
+            self._take_over(doomed)
+
+    def _take_over(self, doomed: list[tuple[InFlightEntry, BaseException]]) -> None:
+        """Batches a partition gave up on wait here until the sender takes them."""
+        for entry, error in doomed:
+            self._doomed[entry.batch] = error
+        self._unwritable_total += len(doomed)
 
     def assign_sequence(self, batch: SequencedBatch) -> None:
         """Steps 3-5, for a batch ``can_send`` allowed, right before it is sent.
@@ -316,11 +291,7 @@ class IdempotenceManager(ProducerIdHolder):
             raise IllegalStateError(f"{p.topic}-{p.partition}: a new batch may not be sent now "
                                     f"(step 2); ask can_send first")
         self._maybe_restart(p)
-        seq = p.next_sequence
-        batch.stamp(self._producer_id, self._producer_epoch, seq)
-        p.next_sequence = increment_sequence(seq, batch.record_count)
-        p.add(InFlightEntry(batch, on_wire=True, generation=p.generation))
-        self._in_flight_total += 1
+        p.number(batch, self._producer_id, self._producer_epoch)
 
     def _maybe_restart(self, p: PartitionProducer) -> None:
         """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
@@ -340,15 +311,8 @@ class IdempotenceManager(ProducerIdHolder):
                   self._producer_id, self._producer_epoch, len(p.in_flight))
 
     def on_not_sent(self, batch: SequencedBatch) -> None:
-        """A batch got its sequence but never left the client (no connection after all): it
-        is held again, first in sequence order, like a retry."""
-        p = self.partition_state(batch)
-        entry = p.entry_for(batch)
-        if entry is None:
-            raise IllegalStateError(f"{p.topic}-{p.partition}: on_not_sent for an untracked "
-                                    f"batch")
-        p.mark_on_wire(entry, False)
-        p.mark_retried(entry)
+        """A numbered batch never left the client: held again like a retry."""
+        self.partition_state(batch).not_sent(batch)
 
     # ---- answers (steps 8, 9) -----------------------------------------------------------
 
@@ -356,55 +320,18 @@ class IdempotenceManager(ProducerIdHolder):
                    duplicate: bool = False) -> None:
         """Step 9 (and DUPLICATE_SEQUENCE_NUMBER, ``duplicate=True``, offset -1): the records
         are written. Also for a batch that already expired: its success resolves (step 1a)."""
-        self._expired_on_wire.discard(batch)
         p = self.partition_state(batch)
-        entry = p.entry_for(batch)
-        earlier: list[InFlightEntry] = []
-        if entry is not None:
-            earlier = p.in_flight[:p.in_flight.index(entry)]
-            p.remove(entry)
-            self._in_flight_total -= 1
-        if batch.base_sequence >= 0 and p.speaks_of_current_numbering(entry, batch):
-            p.leader_holds_state = True  # it checks our sequences from now on (B4)
-            p.last_acked_at = self._clock()
-            if entry is not None and not p.is_next_sequence(batch.base_sequence):
-                log.debug("[client %s] %s-%d: acknowledged sequence %d after %d (out of order "
-                          "answers, e.g. across a leader change)", self._client_id, p.topic,
-                          p.partition, batch.base_sequence, p.last_acked_sequence)
-                self._doom_overtaken(p, batch, earlier)
-            p.acknowledge(batch.base_sequence, batch.record_count,
-                          -1 if duplicate else base_offset)
+        doomed = p.acknowledged(batch, base_offset=base_offset, duplicate=duplicate,
+                                now=self._clock())
+        if doomed:
+            log.warning("[client %s] %s-%d: sequence %d was written while earlier sequence(s) "
+                        "%s were not (the leader held no state for producer id %d); failing "
+                        "them rather than writing them out of order", self._client_id,
+                        p.topic, p.partition, batch.base_sequence,
+                        [e.base_sequence for e, _ in doomed], batch.producer_id)
+            self._take_over(doomed)
         if p.unresolved:
             self.check_unresolved(p)
-
-    def _doom_overtaken(self, p: PartitionProducer, written: SequencedBatch,
-                        earlier: list[InFlightEntry]) -> None:
-        """A later sequence was written while earlier held batches certainly were not (refused,
-        or never sent): the broker had no state for us and took a gap. Those batches can no
-        longer be written in order, so they fail instead (docs/idempotence.md, "A partition's
-        first batches"). Earlier batches on the wire or perhaps written are left to their
-        answers: they may well be in the log before this one."""
-        overtaken = p.overtaken(earlier)
-        if not overtaken:
-            return
-        log.warning("[client %s] %s-%d: sequence %d was written while earlier sequence(s) %s "
-                    "were not (the leader held no state for producer id %d); failing them "
-                    "rather than writing them out of order", self._client_id, p.topic,
-                    p.partition, written.base_sequence,
-                    [e.base_sequence for e in overtaken], written.producer_id)
-        self._doom(p, overtaken, lambda e: OutOfOrderSequenceNumberError(
-            f"{p.topic}-{p.partition}: {e.batch.record_count} record(s) (sequence "
-            f"{e.base_sequence}) not written: the broker wrote later records of this "
-            f"partition (sequence {written.base_sequence}) first, so writing these now would "
-            f"put them out of order"))
-
-    def _doom(self, p: PartitionProducer, entries: list[InFlightEntry],
-              error: Callable[[InFlightEntry], BaseException]) -> None:
-        for entry in entries:
-            p.remove(entry)
-            self._in_flight_total -= 1
-            self._doomed[entry.batch] = error(entry)
-            self._unwritable_total += 1
 
     def take_doomed(self) -> list[tuple[SequencedBatch, BaseException]]:
         """Held batches that must fail now, with why; the sender removes them from the
@@ -416,21 +343,9 @@ class IdempotenceManager(ProducerIdHolder):
         return doomed
 
     def duplicate_is_success(self, batch: SequencedBatch) -> bool:
-        """DUPLICATE_SEQUENCE_NUMBER for ``batch``: are these records really written?
-
-        The broker says it already holds these sequences. That is this batch only if an
-        earlier attempt under its current numbering may have been written (an ambiguous
-        answer: a lost response, a timeout). A batch never sent ambiguously since it was
-        numbered cannot be a duplicate of itself: its sequences collide with something else
-        the broker holds, such as a batch from before a reset, under the same id and epoch,
-        that expired on the wire and was written late by a broker that handed the same pair
-        out again (Tansu after a restart). Calling that a success would report records written
-        that are not; the sender handles it as OUT_OF_ORDER_SEQUENCE_NUMBER instead, which
-        resets the numbering once no earlier batch is held. An untracked batch (it expired)
-        only resolves, as a success does.
-        """
-        entry = self.partition_state(batch).entry_for(batch)
-        return entry is None or entry.possibly_written
+        """DUPLICATE_SEQUENCE_NUMBER for ``batch``: are these records really written
+        (``PartitionProducer.may_be_duplicate``)?"""
+        return self.partition_state(batch).may_be_duplicate(batch)
 
     def on_error(self, batch: SequencedBatch, error_code: int, now: float | None = None,
                  decision: RetryDecision | None = None) -> RetryDecision:
@@ -446,63 +361,36 @@ class IdempotenceManager(ProducerIdHolder):
                                 retries=self._retries, transactional=self._transactional,
                                 backoff=self._backoff)
         p = self.partition_state(batch)
-        entry = p.entry_for(batch)
         if self._state is ProducerIdState.FATAL:
-            self._forget(p, entry)
+            p.forget(batch)
             return replace(decision, action=Action.FATAL, retriable=False,
                            reason=f"producer already failed: {self._fatal_error!r}")
         if decision.action is Action.FATAL:
-            self._forget(p, entry)
+            p.forget(batch)
             self.fail_fatally(_error_for(code, batch))
             return decision
-        if entry is None:
-            return replace(decision, action=Action.FAIL, retriable=False,
-                           reason="batch no longer tracked (expired or completed)")
-        if not entry.on_wire:
-            raise IllegalStateError(f"{p.topic}-{p.partition}: an answer for sequence "
-                                    f"{batch.base_sequence}, which is not on the wire")
-        p.mark_on_wire(entry, False)
-        if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
-            # refused by a leader that checks (or lost) our sequences: had an earlier attempt
-            # been written, this one would be answered as its duplicate (the broker keeps the
-            # last batches, and no more than those are ever held here), so none was
-            entry.possibly_written = False
-        else:
-            entry.possibly_written = entry.possibly_written or decision.possibly_written
-        if decision.action is Action.COMPLETE:
+        outcome = p.failed(batch, code, decision)
+        assert outcome.decision is not None
+        if outcome.decision.action is Action.COMPLETE:
             self.on_success(batch, base_offset=-1, duplicate=True)
-            return decision
-        if decision.action is Action.SPLIT:
-            p.mark_retried(entry)  # held until on_split replaces it
-            return decision
-        if decision.action is Action.RETRY:
-            reset = p.needs_reset_before_retry(entry, code)
-            p.mark_retried(entry)
+        elif outcome.decision.action is Action.RETRY:
             self._retries_done += 1
-            if reset:
-                self._request_reset(p, f"{code.name} for sequence {batch.base_sequence} "
-                                       f"(step 8b)")
-            return replace(decision, reset_sequences=reset)
-        # FAIL: the batch is done with
-        p.remove(entry)
-        self._in_flight_total -= 1
-        if decision.retriable and entry.possibly_written:
-            self._add_unresolved(p, entry)  # out of time after an ambiguous attempt: step 6
-            return decision
-        why = "out of time" if decision.retriable else "not retriable (step 8a)"
-        self._request_reset(p, f"{code.name} failed sequence {batch.base_sequence}, {why}")
-        return replace(decision, reset_sequences=True)
+        self._apply(p, outcome)
+        return outcome.decision
 
-    def _forget(self, p: PartitionProducer, entry: InFlightEntry | None) -> None:
-        if entry is not None:
-            p.remove(entry)
-            self._in_flight_total -= 1
+    def _apply(self, p: PartitionProducer, outcome: Outcome) -> None:
+        """What a partition's outcome asks of the producer as a whole."""
+        if outcome.unresolved:
+            self._with_unresolved.add((p.topic, p.partition))
+            self._unresolved_total += 1
+            self.check_unresolved(p)
+        if outcome.reset is not None:
+            self._request_reset(p, outcome.reset)
 
     def on_split(self, batch: SequencedBatch, new_batches: Sequence[SequencedBatch]) -> None:
-        """MESSAGE_TOO_LARGE split ``batch`` (docs/compression.md S4): the new
-        batches take its sequence range, in order, and its place among the held batches. The
-        broker never wrote the big batch, so these sequences are fresh to it."""
-        self._in_flight_total += self.partition_state(batch).split(batch, new_batches) - 1
+        """MESSAGE_TOO_LARGE split ``batch`` (docs/compression.md S4): the new batches take its
+        sequence range and its place (``PartitionProducer.split``)."""
+        self.partition_state(batch).split(batch, new_batches)
         self._splits += 1
 
     # ---- expiry (step 6) ----------------------------------------------------------------
@@ -518,32 +406,12 @@ class IdempotenceManager(ProducerIdHolder):
         adjusted sequences, which the idempotent producer does by bumping).
         """
         p = self.partition_state(batch)
-        entry = p.entry_for(batch)
-        if entry is None:
-            return
-        written = entry.on_wire or entry.possibly_written or possibly_written
-        if entry.on_wire:
-            self._expired_on_wire.add(batch)
-        p.remove(entry)
-        self._in_flight_total -= 1
-        if written:
-            self._add_unresolved(p, entry)
-        else:
-            self._request_reset(p, f"sequence {batch.base_sequence} expired unsent")
+        self._apply(p, p.expired(batch, possibly_written))
 
     def on_late_answer(self, batch: SequencedBatch) -> None:
         """An error answer (or the connection's end) for a batch already failed by
         delivery.timeout.ms: its request no longer travels (a success goes to ``on_success``)."""
-        self._expired_on_wire.discard(batch)
-
-    def _add_unresolved(self, p: PartitionProducer, entry: InFlightEntry) -> None:
-        batch = entry.batch
-        p.unresolved.append(UnresolvedRange(
-            batch.base_sequence, last_sequence(batch.base_sequence, batch.record_count),
-            batch.producer_id, batch.producer_epoch, entry.generation))
-        self._with_unresolved.add((p.topic, p.partition))
-        self._unresolved_total += 1
-        self.check_unresolved(p)
+        self.partition_state(batch).expired_on_wire.discard(batch)
 
     # ---- KIP-1269 -------------------------------------------------------------------------
 
@@ -563,7 +431,7 @@ class IdempotenceManager(ProducerIdHolder):
         return IdempotenceStatistics(
             state=self._state, producer_id=self._producer_id,
             producer_epoch=self._producer_epoch, partitions=len(self._partitions),
-            in_flight_batches=self._in_flight_total,
+            in_flight_batches=sum(len(p.in_flight) for p in self._partitions),
             partitions_with_unresolved=len(self._with_unresolved),
             epoch_bumps=self._epoch_bumps,
             producer_id_resets=max(0, self._fresh_producer_ids - 1),

@@ -6,245 +6,61 @@ count of requests carrying the partition's batches (from which muting is derived
 idempotent producer's sequences, in-flight and unresolved batches and KIP-1269 window. The
 accumulator, the sender and the idempotence manager share the objects through one
 :class:`Partitions` table instead of keeping each its own copy of them.
+
+The data and its bookkeeping are ``partition_state.PartitionState``'s; this module adds what
+one partition decides: may a batch go (steps 2, 8b; F1), and what each outcome of one of its
+batches does to it -- acknowledged, failed with an error (the connection's end included),
+not sent after all, expired, split. An outcome method returns an :class:`Outcome` naming what
+the producer as a whole must do (a bump and reset, an unresolved partition to watch); the
+idempotence manager applies it, keeping only what spans partitions.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 from aiokprod._error_codes import ErrorCode
-from aiokprod.errors import IllegalStateError
+from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError
+from aiokprod.producer.partition_state import PartitionState
+from aiokprod.producer.retry_policy import Action, RetryDecision
 from aiokprod.producer.sequences import (
-    DEFAULT_IN_FLIGHT_LIMIT,
     LEADER_STATE_IDLE_S,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
     InFlightEntry,
     SequencedBatch,
     UnresolvedRange,
     increment_sequence,
     last_sequence,
-    sequence_precedes,
 )
 
-if TYPE_CHECKING:
-    from aiokprod.producer.batch import ProducerBatch
+__all__ = ["Outcome", "PartitionProducer", "Partitions"]
 
-__all__ = ["PartitionProducer", "Partitions"]
+Doomed = list[tuple[InFlightEntry, BaseException]]
 
 
-@dataclass(eq=False, slots=True)
-class PartitionProducer:
-    """Everything the producer holds for one partition: its queue of batches, the requests
-    carrying its batches, and the idempotent producer's sequences, window and unresolved
-    batches (docs/idempotence.md, "Where a partition's state lives").
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one batch's outcome asks of the producer-wide state (the idempotence manager)."""
 
-    One object, shared by the accumulator (which appends to and drains ``batches``), the
-    sender (which counts ``wire_requests``) and the idempotence manager (everything below
-    them), so that these facts cannot disagree. Created on first use with
-    ``producer_id = -1``, which makes it "stale" against any real producer id: the first drain
-    resets it to sequence 0 under the current id and epoch.
+    # the decision for the batch, refined by the partition's rules (``failed`` only)
+    decision: RetryDecision | None = None
+    # why the partition needs an epoch bump and a sequence reset, if it does
+    reset: str | None = None
+    # the batch became unresolved (step 6): the manager watches the partition (step 1)
+    unresolved: bool = False
+
+
+NOTHING = Outcome()
+
+
+class PartitionProducer(PartitionState):
+    """A partition's state (``PartitionState``) with the rules and outcomes of one partition.
+
+    Created on first use with ``producer_id = -1``, which makes it "stale" against any real
+    producer id: the first drain resets it to sequence 0 under the current id and epoch.
     """
 
-    # Which partition this is, for messages and statistics.
-    topic: str
-    partition: int
-    # Batches waiting to be sent, oldest first: the open batch last, retries in sequence
-    # order ahead of never-sent ones (docs/batching.md A1-A3, docs/idempotence.md 8b).
-    batches: deque[ProducerBatch] = field(default_factory=deque)
-    # Batches of this partition in requests not answered yet (the connection's end counts as
-    # an answer), a batch failed by delivery.timeout.ms meanwhile included: its request can
-    # still land. With max.in.flight.requests.per.connection=1 the partition is muted while
-    # this is above 0 (docs/batching.md D5): derived, not kept as a flag of its own.
-    wire_requests: int = 0
-    # The producer id and epoch the sequences below belong to. When the manager's current id or
-    # epoch differs (after a bump or a new id), the partition is stale: it must start again at
-    # 0, but only once no batch of the old epoch can still reach the broker (idempotence.md 2b/3).
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    # Which producer-id assignment (InitProducerId answer or local bump, counted by the
-    # manager) the sequences belong to. Compared instead of the id and epoch alone because a
-    # broker that lost its producer state (a restart with memory storage, or any broker that
-    # forgot us) may hand out the very same id and epoch again: the old sequences are then
-    # meaningless although the pair did not change.
-    generation: int = 0
-    # Base sequence for the next new batch; advanced by its record count at drain (step 4).
-    next_sequence: int = 0
-    # Last record sequence the broker confirmed in this epoch (-1: none). A response may only
-    # advance it; OUT_OF_ORDER is a real gap only for the batch right after it (step 8b).
-    last_acked_sequence: int = NO_SEQUENCE
-    # Offset of the last confirmed record (-1: none, or only DUPLICATE answers): diagnostics, and
-    # what tells retention-caused UNKNOWN_PRODUCER_ID from data loss (Java's rule).
-    last_acked_offset: int = -1
-    # Batches holding a sequence and not yet completed, in sequence order: sent and awaiting an
-    # answer, or queued for a retry (the broker may already hold those too, so they count
-    # against the broker's de-duplication window just the same). docs/idempotence.md, "in flight".
-    in_flight: list[InFlightEntry] = field(default_factory=list)
-    # Expired batches whose fate is unknown; no new batch is drained while any exists
-    # (docs/idempotence.md, "unresolved", steps 1, 2a, 6).
-    unresolved: list[UnresolvedRange] = field(default_factory=list)
-    # The broker lost or rejected this partition's state (UNKNOWN_PRODUCER_ID, a real
-    # OUT_OF_ORDER gap, a failed batch, an unresolved expiry): at the next bump its held batches
-    # are renumbered from 0 under the new epoch instead of waiting for them to drain.
-    reset_requested: bool = False
-    # KIP-1269: at most this many in_flight batches, the broker's
-    # ProducerStateBatchesToRetain for this partition; 5 until a response says otherwise.
-    in_flight_limit: int = DEFAULT_IN_FLIGHT_LIMIT
-    # How many in_flight entries are on the wire: a reset may only happen at 0 (step 3) and,
-    # while retrying, a partition sends only at 0 (step 2c). Kept incrementally.
-    on_wire_count: int = 0
-    # How many in_flight entries were queued for a retry; > 0 means "retrying" (step 2c).
-    retrying_count: int = 0
-    # Times this partition's sequences were restarted at 0 after its first start: statistics.
-    sequence_resets: int = 0
-    # The leader acknowledged a batch of this producer id here, so it holds our producer state
-    # and checks every later first sequence (B4). Until then Kafka takes any first sequence
-    # from an id it has no state for, so a later batch could be written ahead of a refused
-    # earlier one: only one batch is held at a time (docs/idempotence.md, "A partition's first
-    # batches"). Cleared by a new producer id and by a broker that lost our state.
-    leader_holds_state: bool = False
-    # Clock time of the last acknowledgement under the current numbering: after
-    # LEADER_STATE_IDLE_S with nothing held, the leader is no longer trusted to hold our state.
-    last_acked_at: float = 0.0
-
-    # ---- queries -------------------------------------------------------------------------
-
-    @property
-    def retrying(self) -> bool:
-        """While a partition retries, it has one batch in flight at a time (idempotence.md 2c)."""
-        return self.retrying_count > 0
-
-    def is_stale(self, producer_id: int, producer_epoch: int,
-                 generation: int | None = None) -> bool:
-        """Its sequences belong to another producer id or epoch than the current one, or
-        (when ``generation`` is given) to an earlier assignment of the same pair."""
-        return (self.producer_id != producer_id or self.producer_epoch != producer_epoch
-                or (generation is not None and generation != self.generation))
-
-    def entry_for(self, batch: SequencedBatch) -> InFlightEntry | None:
-        """The in-flight entry of this very batch object, if it is tracked."""
-        for entry in self.in_flight:
-            if entry.batch is batch:
-                return entry
-        return None
-
-    def first_in_flight(self) -> InFlightEntry | None:
-        return self.in_flight[0] if self.in_flight else None
-
-    def follows_unresolved(self, base_sequence: int) -> bool:
-        """``base_sequence`` comes right after an unresolved batch (docs/idempotence.md step 8b)."""
-        return any(increment_sequence(r.last_sequence, 1) == base_sequence
-                   for r in self.unresolved)
-
-    def is_next_sequence(self, base_sequence: int) -> bool:
-        """``base_sequence`` is exactly one past what the broker confirmed in this epoch."""
-        expected = 0 if self.last_acked_sequence < 0 else increment_sequence(
-            self.last_acked_sequence, 1)
-        return base_sequence == expected
-
-    # ---- bookkeeping ---------------------------------------------------------------------
-
-    def add(self, entry: InFlightEntry) -> None:
-        """Track a newly stamped batch; sequences are handed out in order, so it goes last."""
-        last = self.in_flight[-1] if self.in_flight else None
-        if last is not None and not sequence_precedes(last.last_sequence, entry.base_sequence):
-            raise IllegalStateError(
-                f"{self.topic}-{self.partition}: batch with sequence {entry.base_sequence} would "
-                f"overlap or precede in-flight sequence {last.last_sequence}")
-        self.in_flight.append(entry)
-        if entry.on_wire:
-            self.on_wire_count += 1
-        if entry.retried:
-            self.retrying_count += 1
-
-    def replace(self, old: InFlightEntry, new: list[InFlightEntry]) -> None:
-        """Put ``new`` where ``old`` was (a split keeps the old batch's place in the order)."""
-        index = self.in_flight.index(old)
-        self.remove(old)
-        self.in_flight[index:index] = new
-        for entry in new:
-            self.on_wire_count += entry.on_wire
-            self.retrying_count += entry.retried
-
-    def remove(self, entry: InFlightEntry) -> None:
-        self.in_flight.remove(entry)
-        if entry.on_wire:
-            self.on_wire_count -= 1
-        if entry.retried:
-            self.retrying_count -= 1
-
-    def mark_on_wire(self, entry: InFlightEntry, on_wire: bool) -> None:
-        if entry.on_wire != on_wire:
-            entry.on_wire = on_wire
-            self.on_wire_count += 1 if on_wire else -1
-
-    def mark_retried(self, entry: InFlightEntry) -> None:
-        if not entry.retried:
-            entry.retried = True
-            self.retrying_count += 1
-
-    def acknowledge(self, base_sequence: int, record_count: int, base_offset: int) -> None:
-        """Advance what the broker confirmed; an older confirmation never moves it back."""
-        last = last_sequence(base_sequence, record_count)
-        if self.last_acked_sequence < 0 or sequence_precedes(self.last_acked_sequence, last):
-            self.last_acked_sequence = last
-        if base_offset >= 0:
-            self.last_acked_offset = max(self.last_acked_offset, base_offset + record_count - 1)
-
-    def drop_resolved(self) -> int:
-        """Forget unresolved ranges the broker has confirmed past (docs/idempotence.md step 1a).
-
-        A success for a later batch proves the earlier sequences were written: the broker only
-        accepts a batch that continues its sequence. Returns how many ranges were resolved.
-        """
-        if not self.unresolved or self.last_acked_sequence < 0:
-            return 0
-        acked = self.last_acked_sequence
-        keep = [r for r in self.unresolved
-                if (r.producer_id, r.producer_epoch, r.generation)
-                != (self.producer_id, self.producer_epoch, self.generation)
-                or sequence_precedes(acked, r.last_sequence)]
-        resolved = len(self.unresolved) - len(keep)
-        self.unresolved = keep
-        return resolved
-
-    def restart_sequences(self, producer_id: int, producer_epoch: int,
-                          generation: int | None = None) -> list[InFlightEntry]:
-        """Renumber every held batch from 0 under a new id/epoch, in order (docs/idempotence.md 3).
-
-        Only legal with nothing on the wire: a batch already sent cannot change its header.
-        ``generation`` is the manager's producer-id generation (default: the next one).
-        Returns the restamped entries.
-        """
-        if self.on_wire_count:
-            raise IllegalStateError(
-                f"{self.topic}-{self.partition}: cannot restart sequences with "
-                f"{self.on_wire_count} batch(es) still on the wire")
-        if generation is None:
-            generation = self.generation + 1
-        if self.producer_id not in (producer_id, NO_PRODUCER_ID):
-            self.leader_holds_state = False  # the leader has never seen this producer id
-        seq = 0
-        for entry in self.in_flight:
-            entry.batch.stamp(producer_id, producer_epoch, seq)
-            entry.generation = generation
-            # the new epoch has never seen these records: nothing of this epoch is ambiguous
-            entry.possibly_written = False
-            seq = increment_sequence(seq, entry.batch.record_count)
-        if self.producer_id != NO_PRODUCER_ID:
-            self.sequence_resets += 1  # the first start is not a reset
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
-        self.generation = generation
-        self.next_sequence = seq
-        self.last_acked_sequence = NO_SEQUENCE
-        self.unresolved.clear()
-        self.reset_requested = False
-        return list(self.in_flight)
+    __slots__ = ()
 
     # ---- the sending rules of one partition (docs/idempotence.md steps 2, 8b; F1) -----------
 
@@ -385,18 +201,182 @@ class PartitionProducer:
         self.replace(entry, entries)
         return len(entries)
 
-    def __iter__(self) -> Iterator[InFlightEntry]:
-        return iter(self.in_flight)
 
-    def __repr__(self) -> str:
-        return (f"<PartitionProducer {self.topic}-{self.partition} "
-                f"queued={len(self.batches)} wire_requests={self.wire_requests} "
-                f"pid={self.producer_id} epoch={self.producer_epoch} gen={self.generation} "
-                f"next={self.next_sequence} acked={self.last_acked_sequence} "
-                f"in_flight={len(self.in_flight)}/{self.in_flight_limit} "
-                f"on_wire={self.on_wire_count} unresolved={len(self.unresolved)} "
-                f"retrying={self.retrying} reset_requested={self.reset_requested} "
-                f"leader_holds_state={self.leader_holds_state}>")
+    # ---- outcomes of one batch (docs/idempotence.md steps 6, 8, 9; F2, F3) -----------------
+
+    def number(self, batch: SequencedBatch, producer_id: int, producer_epoch: int) -> None:
+        """Step 4: a new batch takes the next sequence under the current id and epoch and is
+        in flight (sequences are handed out in order, so it goes last)."""
+        seq = self.next_sequence
+        batch.stamp(producer_id, producer_epoch, seq)
+        self.next_sequence = increment_sequence(seq, batch.record_count)
+        self.add(InFlightEntry(batch, on_wire=True, generation=self.generation))
+
+    def acknowledged(self, batch: SequencedBatch, *, base_offset: int, duplicate: bool,
+                     now: float) -> Doomed:
+        """Step 9 (and DUPLICATE_SEQUENCE_NUMBER, offset -1): the records are written. Also
+        for a batch that already expired: its success resolves it (step 1a). Returns the
+        held batches it overtook (F2), taken out of flight: they must fail."""
+        self.expired_on_wire.discard(batch)
+        entry = self.entry_for(batch)
+        earlier: list[InFlightEntry] = []
+        if entry is not None:
+            earlier = self.in_flight[:self.in_flight.index(entry)]
+            self.remove(entry)
+        doomed: Doomed = []
+        if batch.base_sequence >= 0 and self.speaks_of_current_numbering(entry, batch):
+            self.leader_holds_state = True  # it checks our sequences from now on (B4)
+            self.last_acked_at = now
+            if entry is not None and not self.is_next_sequence(batch.base_sequence):
+                # out of order answers (e.g. across a leader change): the leader had no
+                # state for us and took a gap
+                written = batch.base_sequence
+                doomed = self._give_up(self.overtaken(earlier), lambda e: (
+                    f"{e.batch.record_count} record(s) (sequence {e.base_sequence}) not "
+                    f"written: the broker wrote later records of this partition (sequence "
+                    f"{written}) first, so writing these now would put them out of order"))
+            self.acknowledge(batch.base_sequence, batch.record_count,
+                             -1 if duplicate else base_offset)
+        return doomed
+
+    def may_be_duplicate(self, batch: SequencedBatch) -> bool:
+        """DUPLICATE_SEQUENCE_NUMBER for ``batch``: are these records really written?
+
+        The broker says it already holds these sequences. That is this batch only if an
+        earlier attempt under its current numbering may have been written (an ambiguous
+        answer: a lost response, a timeout). A batch never sent ambiguously since it was
+        numbered cannot be a duplicate of itself: its sequences collide with something else
+        the broker holds, such as a batch from before a reset, under the same id and epoch,
+        that expired on the wire and was written late by a broker that handed the same pair
+        out again (Tansu after a restart). Calling that a success would report records written
+        that are not; the sender handles it as OUT_OF_ORDER_SEQUENCE_NUMBER instead, which
+        resets the numbering once no earlier batch is held. An untracked batch (it expired)
+        only resolves, as a success does.
+        """
+        entry = self.entry_for(batch)
+        return entry is None or entry.possibly_written
+
+    def failed(self, batch: SequencedBatch, code: ErrorCode,
+               decision: RetryDecision) -> Outcome:
+        """Step 8: an error answer for ``batch`` (the connection's end arrives as
+        NETWORK_EXCEPTION or REQUEST_TIMED_OUT), ``decision`` being ``retry_policy``'s view
+        (neither FATAL: the manager handles those). COMPLETE is left to ``acknowledged``."""
+        entry = self.entry_for(batch)
+        if entry is None:
+            return Outcome(replace(decision, action=Action.FAIL, retriable=False,
+                                   reason="batch no longer tracked (expired or completed)"))
+        if not entry.on_wire:
+            raise IllegalStateError(f"{self.topic}-{self.partition}: an answer for sequence "
+                                    f"{batch.base_sequence}, which is not on the wire")
+        self.mark_on_wire(entry, False)
+        if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+            # refused by a leader that checks (or lost) our sequences: had an earlier attempt
+            # been written, this one would be answered as its duplicate (the broker keeps the
+            # last batches, and no more than those are ever held here), so none was
+            entry.possibly_written = False
+        else:
+            entry.possibly_written = entry.possibly_written or decision.possibly_written
+        if decision.action is Action.COMPLETE:
+            return Outcome(decision)
+        if decision.action is Action.SPLIT:
+            self.mark_retried(entry)  # held until split() replaces it
+            return Outcome(decision)
+        if decision.action is Action.RETRY:
+            reset = self.needs_reset_before_retry(entry, code)
+            self.mark_retried(entry)
+            return Outcome(replace(decision, reset_sequences=reset),
+                           reset=f"{code.name} for sequence {batch.base_sequence} (step 8b)"
+                           if reset else None)
+        # FAIL: the batch is done with
+        self.remove(entry)
+        if decision.retriable and entry.possibly_written:
+            self._unresolve(entry)  # out of time after an ambiguous attempt: step 6
+            return Outcome(decision, unresolved=True)
+        why = "out of time" if decision.retriable else "not retriable (step 8a)"
+        return Outcome(replace(decision, reset_sequences=True),
+                       reset=f"{code.name} failed sequence {batch.base_sequence}, {why}")
+
+    def forget(self, batch: SequencedBatch) -> None:
+        """The batch fails with the producer (a fatal error): it is held no longer."""
+        entry = self.entry_for(batch)
+        if entry is not None:
+            self.remove(entry)
+
+    def not_sent(self, batch: SequencedBatch) -> None:
+        """A batch got its sequence but never left the client (no connection after all): it
+        is held again, first in sequence order, like a retry."""
+        entry = self.entry_for(batch)
+        if entry is None:
+            raise IllegalStateError(f"{self.topic}-{self.partition}: on_not_sent for an "
+                                    f"untracked batch")
+        self.mark_on_wire(entry, False)
+        self.mark_retried(entry)
+
+    def expired(self, batch: SequencedBatch, possibly_written: bool) -> Outcome:
+        """A batch outlived delivery.timeout.ms (step 6). Never drained: nothing to do.
+        Drained: it leaves in_flight; if it may have been written (on the wire, an ambiguous
+        answer, or the sender says so) it becomes unresolved and blocks new batches until
+        resolved; if it certainly was not written, later sequences have a gap: bump & reset
+        (Java: a failed batch with adjusted sequences, which an idempotent producer does by
+        bumping)."""
+        entry = self.entry_for(batch)
+        if entry is None:
+            return NOTHING
+        written = entry.on_wire or entry.possibly_written or possibly_written
+        if entry.on_wire:
+            self.expired_on_wire.add(batch)  # its request can still land
+        self.remove(entry)
+        if written:
+            self._unresolve(entry)
+            return Outcome(unresolved=True)
+        return Outcome(reset=f"sequence {batch.base_sequence} expired unsent")
+
+    def settle_unresolved(self) -> tuple[int, bool]:
+        """Step 1: drop unresolved batches a later success proved written (1a); if some remain
+        and nothing of the partition is in flight, they were not written (1b): they are
+        cleared and the partition needs a bump & reset. Returns (how many resolved, whether
+        the reset is needed)."""
+        resolved = self.drop_resolved()
+        if not self.unresolved or self.on_wire_count or self.in_flight:
+            return resolved, False  # a later batch may still prove them written, or show the gap
+        self.unresolved.clear()
+        return resolved, True
+
+    def unrenumberable_failed(self, stale: bool) -> Doomed:
+        """F3 before a renumbering (step 3): the held batches that must fail instead of being
+        renumbered (``unrenumberable``), taken out of flight, with why."""
+        return self._give_up(self.unrenumberable(stale), lambda e: (
+            f"{e.batch.record_count} record(s) (sequence {e.base_sequence}) failed: "
+            + ("an earlier attempt may have written them, and the producer had to restart "
+               "its sequences, so sending them again could write them twice"
+               if e.possibly_written else
+               "a later batch of this partition may already be written, and these would "
+               "follow it out of order")))
+
+    def forget_broker_state(self) -> None:
+        """The broker lost what it knew of our producer id (it handed out the same id and
+        epoch again): renumber every held batch from 0 as soon as none is on the wire. What
+        it may have written under the old pair is lost with its state, so no held batch is
+        "possibly written" any more."""
+        self.reset_requested = True
+        self.leader_holds_state = False
+        for entry in self.in_flight:
+            entry.possibly_written = False
+
+    def _unresolve(self, entry: InFlightEntry) -> None:
+        batch = entry.batch
+        self.unresolved.append(UnresolvedRange(
+            batch.base_sequence, last_sequence(batch.base_sequence, batch.record_count),
+            batch.producer_id, batch.producer_epoch, entry.generation))
+
+    def _give_up(self, entries: list[InFlightEntry],
+                 why: Callable[[InFlightEntry], str]) -> Doomed:
+        doomed: Doomed = []
+        for entry in entries:
+            self.remove(entry)
+            doomed.append((entry, OutOfOrderSequenceNumberError(
+                f"{self.topic}-{self.partition}: {why(entry)}")))
+        return doomed
 
 
 class Partitions:

@@ -144,8 +144,6 @@ class Sender:
                                lambda: sum(self._in_flight_requests.values()))
         if idempotence is not None:
             cluster.on_leaders_moved.append(self._on_leaders_moved)
-            # retries go back in the order idempotence holds the partition's sequences
-            accumulator.retry_order = idempotence.retry_order
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -185,6 +185,10 @@ def insert_in_sequence_order(queue: MutableSequence[_B], batch: _B) -> int:
     """Put a retried batch back into a partition's queue before every later sequence
     (docs/idempotence.md, step 8b).
 
+    The producer itself does not re-insert retries: a retry stays in its partition's queue
+    of unacknowledged batches and the drain cursor rewinds to it. This is the order that
+    gives, for queues modelled without a cursor (the test models of a partition's queue).
+
     The accumulator only ever sends the head of a partition's queue, so a retried batch must
     sit in front of batches with higher sequences and of batches not yet numbered (-1), and
     behind retried batches with lower sequences; otherwise the broker would see a gap.

@@ -143,8 +143,9 @@ class TransactionManager:
         self._on_fatal = on_fatal
         self._clock = clock
         self._state = TransactionState.UNINITIALIZED
-        # the open transaction's partitions and groups
-        self.partitions = PartitionsInTransaction()
+        # the open transaction's partitions (each holds its own stage in it) and groups
+        self._table = idempotence.partitions
+        self.partitions = PartitionsInTransaction(self._table)
         self._coordinators = CoordinatorClient(
             cluster=cluster, transactional_id=transactional_id,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
@@ -223,9 +224,9 @@ class TransactionManager:
             return False
         if self.transaction_version >= 2:
             # KIP-890: the partition leader adds it to the transaction itself (Produce v12)
-            self.partitions.added.add((topic, partition))
+            self.partitions.add_implicitly(self._table.get(topic, partition))
             return True
-        return self.partitions.may_send((topic, partition))
+        return self.partitions.may_send(self._table.get(topic, partition))
 
     @property
     def produce_max_version(self) -> int:
@@ -362,7 +363,7 @@ class TransactionManager:
                                                 TransactionState.COMMITTING):
             taken = parts.take_pending()
             try:
-                ok = await self._add_once(taken)
+                ok = await self._add_once([(p.topic, p.partition) for p in taken])
             except BaseException:
                 parts.on_not_added(taken)
                 raise

@@ -25,9 +25,13 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from aiokprod.errors import IllegalStateError
+from aiokprod.producer.partition_state import TXN_ADDED, TXN_ADDING, TXN_NONE, TXN_PENDING
+
+if TYPE_CHECKING:
+    from aiokprod.producer.partition import PartitionProducer, Partitions
 
 __all__ = [
     "TRANSITIONS",
@@ -164,68 +168,101 @@ class ConsumerGroupMetadata(NamedTuple):
     group_instance_id: str | None = None
 
 
-_TP = tuple[str, int]
-
-
 class PartitionsInTransaction:
-    """Which partitions the open transaction holds, and which still need AddPartitionsToTxn.
+    """Which partitions the open transaction holds, asked of the partitions themselves.
 
-    Pure bookkeeping for the sender's drain hook: a partition seen in a drain before it was
-    added goes to ``pending``; the manager sends one AddPartitionsToTxn for all of them per
-    sender wake-up (``take_pending``), they are ``adding`` while it is on the wire, and
-    ``added`` once the coordinator accepted them. Only ``added`` partitions may be drained.
+    Each partition's object holds its own stage in the open transaction
+    (``PartitionState.txn_number`` and ``txn_stage``); this keeps the transaction's number,
+    the partitions a drain found that still need AddPartitionsToTxn (the next request's
+    work) and the groups whose offsets joined. A partition seen in a drain before it was added
+    becomes pending; the manager sends one AddPartitionsToTxn for all of them per sender
+    wake-up (``take_pending``), they are adding while it is on the wire, and added once the
+    coordinator accepted them. Only added partitions may be drained. Ending a transaction
+    (``clear``) counts the number on, which takes every partition out of it at once.
     """
 
-    __slots__ = ("added", "adding", "offsets_added", "pending")
+    __slots__ = ("_joined", "_partitions", "_pending", "number", "offsets_added")
 
-    def __init__(self) -> None:
-        # accepted by the coordinator: their batches may be sent
-        self.added: set[_TP] = set()
-        # in the AddPartitionsToTxn request on the wire
-        self.adding: set[_TP] = set()
+    def __init__(self, partitions: Partitions) -> None:
+        self._partitions = partitions  # the producer's table, shared with the accumulator
+        self.number = 1  # the open transaction's; a partition's txn_number 0 is none
         # seen by a drain, not yet asked for
-        self.pending: set[_TP] = set()
+        self._pending: list[PartitionProducer] = []
         # groups whose offsets joined this transaction (AddOffsetsToTxn answered)
         self.offsets_added: set[str] = set()
+        # partitions adding or added in this transaction: counted, not read back from the
+        # table, which may drop an idle topic's partitions while the coordinator still counts
+        # them in the transaction (EndTxn must still be sent)
+        self._joined = 0
 
-    def may_send(self, tp: _TP) -> bool:
-        """May a batch of ``tp`` be drained? If not, remember to add the partition."""
-        if tp in self.added:
-            return True
-        if tp not in self.adding:
-            self.pending.add(tp)
+    def stage(self, p: PartitionProducer) -> int:
+        """How far ``p`` got into the open transaction (TXN_*)."""
+        return p.txn_stage if p.txn_number == self.number else TXN_NONE
+
+    def may_send(self, p: PartitionProducer) -> bool:
+        """May a batch of ``p`` be drained? If not, remember to add the partition."""
+        if p.txn_number == self.number:
+            return p.txn_stage == TXN_ADDED  # pending or adding: already asked for
+        p.txn_number = self.number
+        p.txn_stage = TXN_PENDING
+        self._pending.append(p)
         return False
 
-    def take_pending(self) -> list[_TP]:
-        """The partitions for the next AddPartitionsToTxn; they are ``adding`` from now on."""
-        taken = sorted(self.pending)
-        self.adding.update(taken)
-        self.pending.clear()
+    def add_implicitly(self, p: PartitionProducer) -> None:
+        """KIP-890: the partition leader adds it to the transaction itself (Produce v12)."""
+        if p.txn_number != self.number or p.txn_stage < TXN_ADDING:
+            self._joined += 1
+        p.txn_number = self.number
+        p.txn_stage = TXN_ADDED
+
+    @property
+    def pending(self) -> bool:
+        """Partitions wait for an AddPartitionsToTxn."""
+        return bool(self._pending)
+
+    def take_pending(self) -> list[PartitionProducer]:
+        """The partitions for the next AddPartitionsToTxn; they are adding from now on."""
+        taken = sorted(self._pending, key=lambda p: (p.topic, p.partition))
+        self._pending.clear()
+        for p in taken:
+            p.txn_stage = TXN_ADDING
+        self._joined += len(taken)
         return taken
 
-    def on_added(self, partitions: list[_TP]) -> None:
-        for tp in partitions:
-            self.adding.discard(tp)
-            self.added.add(tp)
+    def on_added(self, partitions: list[PartitionProducer]) -> None:
+        for p in partitions:
+            if self.stage(p) == TXN_ADDING:  # not if the transaction ended meanwhile
+                p.txn_stage = TXN_ADDED
 
-    def on_not_added(self, partitions: list[_TP]) -> None:
+    def on_not_added(self, partitions: list[PartitionProducer]) -> None:
         """The request failed for these: ask again with the next request."""
-        for tp in partitions:
-            self.adding.discard(tp)
-            self.pending.add(tp)
+        for p in partitions:
+            if self.stage(p) == TXN_ADDING:
+                p.txn_stage = TXN_PENDING
+                self._pending.append(p)
+                self._joined -= 1
+
+    def members(self) -> list[PartitionProducer]:
+        """The partitions added or being added (reads every partition: diagnostics)."""
+        number = self.number
+        return [p for p in self._partitions
+                if p.txn_number == number and p.txn_stage >= TXN_ADDING]
 
     @property
     def started(self) -> bool:
         """The coordinator knows about this transaction: ending it needs EndTxn."""
-        return bool(self.added or self.adding or self.offsets_added)
+        return bool(self.offsets_added) or self._joined > 0
 
     def clear(self) -> None:
         """A transaction ended: the next one starts empty."""
-        self.added.clear()
-        self.adding.clear()
-        self.pending.clear()
+        self.number += 1
+        self._pending.clear()
         self.offsets_added.clear()
+        self._joined = 0
 
     def __repr__(self) -> str:
-        return (f"<PartitionsInTransaction added={len(self.added)} adding={len(self.adding)} "
-                f"pending={len(self.pending)} groups={len(self.offsets_added)}>")
+        members = self.members()
+        added = sum(1 for p in members if p.txn_stage == TXN_ADDED)
+        return (f"<PartitionsInTransaction #{self.number} added={added} "
+                f"adding={len(members) - added} pending={len(self._pending)} "
+                f"groups={len(self.offsets_added)}>")

@@ -118,7 +118,6 @@ class Harness:
         self.acc = self.loop.run_until_complete(build())
         self.idem = IdempotenceManager(clock=self.clock, bump_via_init_producer_id=True,
                                        partitions=partitions)
-        self.acc.retry_order = self.idem.retry_order  # as Sender.__init__ wires it
         self.fatal: list[BaseException] = []
         self.outcomes = BatchOutcomes(
             accumulator=self.acc, idempotence=self.idem, transactions=None,
@@ -352,6 +351,13 @@ class ProducerMachine(RuleBasedStateMachine):
             queued = [b for b in self.h.acc.queued_batches(TOPIC, p) if b.base_sequence >= 0]
             assert queued == held, ([b.base_sequence for b in queued],
                                     [b.base_sequence for b in held])
+            # one queue of unacknowledged batches: the numbered ones are exactly the batches
+            # idempotence holds, in its order, and the drain cursor has only drained batches
+            # behind it
+            numbered = [b for b in state.batches if b.base_sequence >= 0]
+            assert numbered == [e.batch for e in state.in_flight], (
+                [b.base_sequence for b in numbered], [e.base_sequence for e in state.in_flight])
+            assert not any(state.batches[i].queued for i in range(state.drain_index)), state
             # held sequences of one generation never overlap, and follow each other
             for a, b in zip(state.in_flight, state.in_flight[1:], strict=False):
                 if a.generation == b.generation:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from aiokprod._error_codes import ErrorCode
 from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.buffer_pool import BufferPool
 from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.partition import Partitions
 from aiokprod.producer.sequences import MAX_SEQUENCE
 from aiokprod.records import read_batches
 
@@ -39,21 +38,20 @@ def view() -> ClusterView:
                        {TOPIC: TopicMetadata.build(TOPIC, [PartitionMetadata(0, 1, 0)])})
 
 
-def accumulator(clock: Clock) -> RecordAccumulator:
+def accumulator(clock: Clock, partitions: Partitions | None = None) -> RecordAccumulator:
     return RecordAccumulator(pool=BufferPool(1 << 20, 1024, clock=clock), batch_size=1024,
                              linger_ms=0, delivery_timeout_ms=120_000,
-                             retry_backoff=lambda attempts: 10.0, clock=clock)
+                             retry_backoff=lambda attempts: 10.0, clock=clock,
+                             partitions=partitions)
 
 
-@pytest.mark.parametrize("owner", [True, False], ids=["idempotence-order", "sequence-order"])
-async def test_retries_across_the_sequence_wrap_go_back_in_wrap_aware_order(owner: bool) -> None:
-    """With the owner wired (as Sender does) the order comes from idempotence's in-flight
-    list; without it, from wrap-aware sequence comparison. Both must put a before b."""
+async def test_retries_across_the_sequence_wrap_go_back_in_wrap_aware_order() -> None:
+    """A retry keeps its place in its partition's queue (the drain cursor rewinds to it), so
+    a goes before b whatever their sequence numbers say."""
     clock = Clock()
-    acc = accumulator(clock)
-    idem = IdempotenceManager(clock=clock)
-    if owner:
-        acc.retry_order = idem.retry_order
+    partitions = Partitions()
+    acc = accumulator(clock, partitions)
+    idem = IdempotenceManager(clock=clock, partitions=partitions)
     idem.init_producer_id_params()
     idem.on_producer_id(7, 0)
     cluster = view()
@@ -107,14 +105,16 @@ async def test_retries_across_the_sequence_wrap_go_back_in_wrap_aware_order(owne
     await asyncio.sleep(0)
 
 
-async def test_reenqueue_follows_the_owners_order_not_the_sequence_numbers() -> None:
-    """The owner's order wins: here it deliberately disagrees with the sequences, which
-    only a structural rule (place in the owner's list) can follow."""
+async def test_a_retry_rewinds_the_drain_cursor_instead_of_being_reinserted() -> None:
+    """The partition keeps one queue of unacknowledged batches: a retry stays where it was
+    drained and the cursor goes back to it, whatever order the answers come in and whatever
+    the sequence numbers say (here deliberately out of order); batches still awaiting their
+    answers are stepped over, not drained twice."""
     clock = Clock()
     acc = accumulator(clock)
     cluster = view()
     sent = []
-    for seq in (10, 20, 30):
+    for seq in (30, 10, 20):
         acc.try_append(TOPIC, 0, 0, None, b"x" * 1000, None)
 
         def stamp(batch: ProducerBatch, seq: int = seq) -> None:
@@ -123,10 +123,26 @@ async def test_reenqueue_follows_the_owners_order_not_the_sequence_numbers() -> 
         sent.extend(acc.drain(cluster, [1], 1 << 20, clock.now, on_drain=stamp)[1])
     a, b, c = sent
     acc.try_append(TOPIC, 0, 0, None, VALUE, None)  # new, unnumbered: stays last
-    owner_order: list[ProducerBatch] = [c, a, b]
-    acc.retry_order = lambda batch: owner_order
-    for batch in (a, b, c):
+    queue = acc.partition(TOPIC, 0)
+    (d,) = acc.queued_batches(TOPIC, 0)
+    assert list(queue.batches) == [a, b, c, d] and queue.drain_index == 3
+    acc.reenqueue(b, clock.now)  # a and c still await their answers
+    assert list(queue.batches) == [a, b, c, d] and queue.drain_index == 1
+    assert acc.queued_batches(TOPIC, 0) == [b, d]
+    clock.now += 1.0
+
+    def drain() -> list[ProducerBatch]:
+        return acc.drain(cluster, [1], 1 << 20, clock.now).get(1, [])
+
+    assert drain() == [b]
+    assert drain() == [d]  # c is on its way: stepped over
+    assert drain() == []
+    for batch in (c, a):  # answered out of order: both retry, in their queue order
         acc.reenqueue(batch, clock.now)
-    queued = acc.queued_batches(TOPIC, 0)
-    assert queued[:3] == [c, a, b]
-    assert queued[3].base_sequence == -1
+    assert acc.queued_batches(TOPIC, 0) == [a, c]
+    clock.now += 1.0
+    assert [drain(), drain(), drain()] == [[a], [c], []]
+    for batch in (a, b, c, d):  # answered: they leave the queue
+        batch.complete(0, -1)
+        acc.release(batch)
+    assert not queue.batches and queue.drain_index == 0

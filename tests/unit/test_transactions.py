@@ -8,6 +8,8 @@ import itertools
 import pytest
 
 from aiokprod.errors import IllegalStateError
+from aiokprod.producer.partition import Partitions
+from aiokprod.producer.partition_state import TXN_ADDING, TXN_NONE, TXN_PENDING
 from aiokprod.producer.transactions import (
     TRANSITIONS,
     ConsumerGroupMetadata,
@@ -102,31 +104,71 @@ def test_fatal_is_final() -> None:
 
 
 def test_a_partition_waits_until_added_and_is_asked_for_once_per_drain() -> None:
-    parts = PartitionsInTransaction()
+    table = Partitions()
+    t0, t1 = table.get("t", 0), table.get("t", 1)
+    parts = PartitionsInTransaction(table)
     assert not parts.started
     # a drain sees three batches of two partitions: both pending, none sendable
-    assert not parts.may_send(("t", 0))
-    assert not parts.may_send(("t", 0))
-    assert not parts.may_send(("t", 1))
-    assert parts.take_pending() == [("t", 0), ("t", 1)]  # one request for both
+    assert not parts.may_send(t0)
+    assert not parts.may_send(t0)
+    assert not parts.may_send(t1)
+    assert parts.stage(t0) == parts.stage(t1) == TXN_PENDING  # the partition holds it
+    assert parts.take_pending() == [t0, t1]  # one request for both
     assert parts.started
     # while the request is on the wire they are neither sendable nor asked for again
-    assert not parts.may_send(("t", 0))
-    assert parts.pending == set()
-    parts.on_added([("t", 0)])
-    parts.on_not_added([("t", 1)])  # e.g. CONCURRENT_TRANSACTIONS: asked again next time
-    assert parts.may_send(("t", 0))
-    assert not parts.may_send(("t", 1))
-    assert parts.take_pending() == [("t", 1)]
-    parts.on_added([("t", 1)])
-    assert parts.may_send(("t", 1))
+    assert not parts.may_send(t0)
+    assert not parts.pending and parts.stage(t0) == TXN_ADDING
+    parts.on_added([t0])
+    parts.on_not_added([t1])  # e.g. CONCURRENT_TRANSACTIONS: asked again next time
+    assert parts.may_send(t0)
+    assert not parts.may_send(t1)
+    assert parts.take_pending() == [t1]
+    parts.on_added([t1])
+    assert parts.may_send(t1)
+    assert parts.members() == [t0, t1]
     parts.clear()  # the transaction ended: the next one adds its partitions again
-    assert not parts.started
-    assert not parts.may_send(("t", 0))
+    assert not parts.started and parts.stage(t0) == TXN_NONE
+    assert not parts.may_send(t0)
+    assert parts.take_pending() == [t0]
+
+
+def test_an_answer_for_an_ended_transaction_adds_nothing_to_the_next() -> None:
+    """The partitions are asked of their own stage: an AddPartitionsToTxn answered after its
+    transaction ended (or failing then) leaves the next transaction's partitions alone."""
+    table = Partitions()
+    t0 = table.get("t", 0)
+    parts = PartitionsInTransaction(table)
+    assert not parts.may_send(t0)
+    taken = parts.take_pending()
+    parts.clear()
+    parts.on_added(taken)
+    assert parts.stage(t0) == TXN_NONE and not parts.started
+    parts.on_not_added(taken)
+    assert not parts.pending
+
+
+def test_a_transaction_stays_started_when_an_idle_topic_leaves_the_table() -> None:
+    """The coordinator still counts a partition the producer forgot (an idle topic dropped by
+    metadata.max.idle.ms): the transaction must still end with EndTxn."""
+    table = Partitions()
+    parts = PartitionsInTransaction(table)
+    assert not parts.may_send(table.get("t", 0))
+    parts.on_added(parts.take_pending())
+    table.drop("t", 0)
+    assert parts.started and parts.members() == []
+
+
+def test_a_partition_added_implicitly_may_send_at_once() -> None:
+    """KIP-890 (transaction version 2): the leader adds the partition itself."""
+    table = Partitions()
+    t0 = table.get("t", 0)
+    parts = PartitionsInTransaction(table)
+    parts.add_implicitly(t0)
+    assert parts.may_send(t0) and parts.started and not parts.pending
 
 
 def test_offsets_alone_start_a_transaction_on_the_coordinator() -> None:
-    parts = PartitionsInTransaction()
+    parts = PartitionsInTransaction(Partitions())
     parts.offsets_added.add("group")
     assert parts.started  # EndTxn is needed although no partition was added
     assert "groups=1" in repr(parts)
