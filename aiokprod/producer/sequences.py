@@ -7,18 +7,15 @@ be exactly one past the last record it wrote (docs/idempotence.md B4). Sequences
 field, so after 2**31-1 they wrap to 0 (Java's DefaultRecordBatch.incrementSequence).
 
 This module holds the wrap-aware helpers, the records a partition keeps of its numbered
-batches (:class:`InFlightEntry`, :class:`UnresolvedRange`) and :func:`insert_in_sequence_order`.
+batches (:class:`InFlightEntry`, :class:`UnresolvedRange`).
 The partition that holds them is ``partition.PartitionProducer``; the decisions -- when to
 send, bump, reset, retry -- are in ``idempotence.py``. No I/O, no clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableSequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
-
-from aiokprod.errors import IllegalStateError
+from typing import Protocol, runtime_checkable
 
 __all__ = [
     "DEFAULT_IN_FLIGHT_LIMIT",
@@ -33,7 +30,6 @@ __all__ = [
     "TopicPartitionLike",
     "UnresolvedRange",
     "increment_sequence",
-    "insert_in_sequence_order",
     "last_sequence",
     "sequence_distance",
     "sequence_precedes",
@@ -178,31 +174,3 @@ class UnresolvedRange:
     generation: int = 0
 
 
-_B = TypeVar("_B", bound=SequencedBatch)
-
-
-def insert_in_sequence_order(queue: MutableSequence[_B], batch: _B) -> int:
-    """Put a retried batch back into a partition's queue before every later sequence
-    (docs/idempotence.md, step 8b).
-
-    The producer itself does not re-insert retries: a retry stays in its partition's queue
-    of unacknowledged batches and the drain cursor rewinds to it. This is the order that
-    gives, for queues modelled without a cursor (the test models of a partition's queue).
-
-    The accumulator only ever sends the head of a partition's queue, so a retried batch must
-    sit in front of batches with higher sequences and of batches not yet numbered (-1), and
-    behind retried batches with lower sequences; otherwise the broker would see a gap.
-    Returns the index it was inserted at.
-    """
-    if batch.base_sequence < 0:
-        raise IllegalStateError(
-            f"{batch.topic}-{batch.partition}: only a batch with a sequence is re-inserted in "
-            f"sequence order, this one has none")
-    index = 0
-    for other in queue:
-        if other.base_sequence < 0 or not sequence_precedes(other.base_sequence,
-                                                            batch.base_sequence):
-            break
-        index += 1
-    queue.insert(index, batch)
-    return index

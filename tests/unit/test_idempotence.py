@@ -30,7 +30,6 @@ from aiokprod.producer.sequences import (
     MAX_PRODUCER_EPOCH,
     MAX_SEQUENCE,
     increment_sequence,
-    insert_in_sequence_order,
     last_sequence,
     sequence_precedes,
 )
@@ -38,6 +37,21 @@ from aiokprod.producer.sequences import (
 E = ErrorCode
 S = ProducerIdState
 PID = 4000
+
+
+def insert_in_sequence_order(queue: Any, batch: Any) -> int:
+    """The order a retried batch takes in this file's models of a partition's queue (the
+    producer keeps retries in place and rewinds its drain cursor instead): before every
+    later sequence and every batch not numbered yet, behind lower sequences."""
+    assert batch.base_sequence >= 0, "only a numbered batch is re-inserted"
+    index = 0
+    for other in queue:
+        if other.base_sequence < 0 or not sequence_precedes(other.base_sequence,
+                                                            batch.base_sequence):
+            break
+        index += 1
+    queue.insert(index, batch)
+    return index
 _ids = count()
 
 

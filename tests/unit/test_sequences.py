@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,7 +16,6 @@ from aiokprod.producer.sequences import (
     SequencedBatch,
     UnresolvedRange,
     increment_sequence,
-    insert_in_sequence_order,
     last_sequence,
     sequence_distance,
     sequence_precedes,
@@ -90,52 +87,6 @@ def test_increment_then_precedes(seq: int, n: int) -> None:
     assert sequence_precedes(seq, later)
     assert not sequence_precedes(later, seq)
     assert sequence_distance(seq, later) == n
-
-
-# ---- insert_in_sequence_order -------------------------------------------------------------
-
-def numbered(*seqs: int) -> list[Batch]:
-    return [Batch(base_sequence=s) for s in seqs]
-
-
-def test_insert_goes_before_unnumbered_batches() -> None:
-    queue: deque[Batch] = deque([Batch(), Batch()])
-    retried = Batch(base_sequence=4)
-    assert insert_in_sequence_order(queue, retried) == 0
-    assert queue[0] is retried
-
-
-def test_out_of_order_arrivals_end_up_in_sequence_order() -> None:
-    """Responses for 0, 3, 5, 9 arrive in any order; the queue ends up sorted."""
-    for seed in range(20):
-        batches = numbered(0, 3, 5, 9)
-        tail = [Batch(), Batch()]  # not drained yet: always stay behind
-        queue: deque[Batch] = deque(tail)
-        order = batches[:]
-        random.Random(seed).shuffle(order)
-        for b in order:
-            insert_in_sequence_order(queue, b)
-        assert list(queue) == [*batches, *tail]
-
-
-def test_insert_in_order_across_the_wrap() -> None:
-    high, low = Batch(base_sequence=MAX_SEQUENCE - 1), Batch(base_sequence=1)
-    queue: deque[Batch] = deque()
-    insert_in_sequence_order(queue, low)
-    insert_in_sequence_order(queue, high)
-    assert list(queue) == [high, low]
-
-
-def test_insert_works_on_a_list_too() -> None:
-    queue: list[Batch] = numbered(1, 7)
-    b = Batch(base_sequence=4)
-    assert insert_in_sequence_order(queue, b) == 1
-    assert [x.base_sequence for x in queue] == [1, 4, 7]
-
-
-def test_insert_refuses_a_batch_without_sequence() -> None:
-    with pytest.raises(IllegalStateError):
-        insert_in_sequence_order(deque(), Batch())
 
 
 # ---- PartitionProducer ---------------------------------------------------------------
