@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
-from aiokprod.errors import IllegalStateError, KafkaError, RecordTooLargeError
+from aiokprod.errors import KafkaError, RecordTooLargeError
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.record_metadata import RecordMetadata
 from aiokprod.producer.validation import validate_topic
@@ -106,7 +106,7 @@ async def send_columns(
     headers: HeaderColumn | None = None,
 ) -> asyncio.Future[SendManyResult]:
     """See ``Producer.send_columns``."""
-    acc, sender = producer._sending_parts()
+    acc, _sender = producer._sending_parts()
     pool, cluster, config = producer._pool, producer._cluster, producer._config
     assert pool is not None and cluster is not None
     if topic not in cluster.view.topics:
@@ -171,14 +171,7 @@ async def send_columns(
                     size = acc.bulk_allocation_size(None, bytes(rows.record_size(i)), None)
                     buffer = pool.try_allocate(size)
                     if buffer is None:
-                        remaining = producer._max_block - (time.monotonic() - start) * 1000
-                        try:
-                            buffer = await pool.allocate(size, max(0.0, remaining))
-                        except IllegalStateError as exc:
-                            raise producer._stopped_error("memory") from exc
-                        if producer._closed or sender.fatal_error is not None:
-                            pool.deallocate(buffer, size)
-                            raise producer._stopped_error("memory")
+                        buffer = await producer._allocate_waiting(size, start)
                     taken, added = acc.append_many_with_buffer(
                         topic, p, rows.timestamp_of(rows.row(i)), rows, None, None, i,
                         run_stop, bulk, buffer, size)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from aiokprod.errors import IllegalStateError, KafkaError, RecordTooLargeError, SerializationError
+from aiokprod.errors import KafkaError, RecordTooLargeError, SerializationError
 from aiokprod.hooks import Serializer
 from aiokprod.producer.accumulator import estimate_record_size
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
@@ -150,14 +150,7 @@ class SendMany(SendPath):
                             record_headers)
                         buffer = pool.try_allocate(size)
                         if buffer is None:
-                            remaining = self._max_block - (time.monotonic() - start) * 1000
-                            try:
-                                buffer = await pool.allocate(size, max(0.0, remaining))
-                            except IllegalStateError as exc:
-                                raise self._stopped_error("memory") from exc
-                            if self._closed or _sender.fatal_error is not None:
-                                pool.deallocate(buffer, size)
-                                raise self._stopped_error("memory")
+                            buffer = await self._allocate_waiting(size, start)
                         taken, added = acc.append_many_with_buffer(
                             topic, p, timestamp_ms, ordered_vals, ordered_keys, hdrs, i,
                             run_stop, bulk, buffer, size)

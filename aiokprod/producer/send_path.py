@@ -183,9 +183,20 @@ class SendPath:
     async def _append_waiting(self, topic: str, partition: int, timestamp_ms: int,
                               key: bytes | None, value: bytes | None, headers: Headers | None,
                               start: float) -> asyncio.Future[RecordMetadata]:
-        acc, pool = self._acc, self._pool
-        assert acc is not None and pool is not None
+        acc = self._acc
+        assert acc is not None
         size = acc.allocation_size(key, value, headers)
+        buffer = await self._allocate_waiting(size, start)
+        return acc.append_with_buffer(topic, partition, timestamp_ms, key, value, headers,
+                                      buffer, size)
+
+    async def _allocate_waiting(self, size: int, start: float) -> bytearray:
+        """``size`` bytes of buffer memory for a record (or a bulk call's run) that found no
+        room, waited for at most what is left of ``max_block_ms`` since ``start``; every send
+        path waits through here, so a producer that closes or fails meanwhile takes the memory
+        back and refuses the same way for all of them."""
+        pool = self._pool
+        assert pool is not None
         remaining = max(0.0, self._max_block - (time.monotonic() - start) * 1000)
         try:
             buffer = await pool.allocate(size, remaining)
@@ -194,8 +205,7 @@ class SendPath:
         if self._closed or self._sender is None or self._sender.fatal_error is not None:
             pool.deallocate(buffer, size)
             raise self._stopped_error("memory")
-        return acc.append_with_buffer(topic, partition, timestamp_ms, key, value, headers,
-                                      buffer, size)
+        return buffer
 
     async def send_and_wait(
         self,
