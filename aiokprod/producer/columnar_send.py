@@ -16,19 +16,17 @@ from __future__ import annotations
 import asyncio
 import time
 from array import array
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast, overload
+from collections.abc import Callable, Sequence
+from typing import Any, cast, overload
 
 from aiokprod.errors import KafkaError, RecordTooLargeError
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.record_metadata import RecordMetadata
+from aiokprod.producer.send_path import SendPath
 from aiokprod.producer.validation import validate_topic
 from aiokprod.records.columnar import BinaryColumn, ColumnarRows, HeaderColumn
 
-if TYPE_CHECKING:
-    from aiokprod.producer.producer import Producer
-
-__all__ = ["send_columns"]
+__all__ = ["SendColumns"]
 
 _RECORD_OVERHEAD = 21  # attributes and varints of one record at their widest
 
@@ -93,102 +91,117 @@ class _RowStampedDelivery(BulkDelivery):
             self.future.set_result(_RowStampedResult(self))
 
 
-async def send_columns(
-    producer: Producer,
-    topic: str,
-    length: int,
-    values: BinaryColumn,
-    keys: BinaryColumn | None = None,
-    *,
-    partition: int | None = None,
-    timestamp_ms: int | None = None,
-    timestamps_ms: tuple[Any, int] | None = None,
-    headers: HeaderColumn | None = None,
-) -> asyncio.Future[SendManyResult]:
-    """See ``Producer.send_columns``."""
-    acc, _sender = producer._sending_parts()
-    pool, cluster, config = producer._pool, producer._cluster, producer._config
-    assert pool is not None and cluster is not None
-    if topic not in cluster.view.topics:
-        validate_topic(topic)
-    if producer._interceptors:
-        raise ValueError("send_columns() does not run interceptors; use send() per record "
-                         "with interceptors configured")
-    if timestamp_ms is not None and timestamps_ms is not None:
-        raise ValueError("give timestamp_ms (every row) or timestamps_ms (one per row), "
-                         "not both")
-    if length < 0:
-        raise ValueError(f"length {length} < 0")
-    stamp = producer._checked_timestamp(timestamp_ms)
-    rows = ColumnarRows(length, values, keys, timestamps_ms, headers, stamp)
-    if length and rows.max_row_bytes() + _RECORD_OVERHEAD > producer._max_record:
-        raise RecordTooLargeError(
-            f"send_columns: a record is {rows.max_row_bytes() + _RECORD_OVERHEAD} bytes when "
-            f"serialized, larger than {producer._max_record}, the smaller of "
-            f"max.request.size and buffer.memory")
-    future: asyncio.Future[SendManyResult] = asyncio.get_running_loop().create_future()
-    key_view = None if keys is None else _Keys(rows)
-    delivery = BulkDelivery if timestamps_ms is None else _RowStampedDelivery
-    if length == 0:
-        future.set_result(SendManyResult(delivery(future, topic, rows, key_view, stamp, None)))
-        return future
-    start = time.monotonic()
-    meta = cluster.view.topics.get(topic)
-    if meta is None or not meta.partition_ids:
-        meta = await producer._wait_for_topic(topic)
-    runs: list[tuple[int | None, int, int]]
-    if partition is not None:
-        if partition not in meta.partitions:
-            meta = await producer._wait_for_partition(topic, partition, start)
-        runs = [(partition, 0, length)]
-    elif keys is None or (config.partitioner_ignore_keys and config.partitioner is None):
-        runs = [(None, 0, length)]
-    elif config.partitioner is None:
-        # null keys go where the sticky partitioner says now, in input order among the keyed
-        # rows of that partition (send_many's order)
-        sticky = -1
-        if keys.validity is not None:
-            sticky = producer._partitioner.partition(topic, None, None, meta.partition_ids,
+class SendColumns(SendPath):
+    """``Producer.send_columns``, a mixin ``Producer`` inherits (as it does ``SendMany``)."""
+
+    async def send_columns(
+        self,
+        topic: str,
+        length: int,
+        values: BinaryColumn,
+        keys: BinaryColumn | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        timestamps_ms: tuple[Any, int] | None = None,
+        headers: HeaderColumn | None = None,
+    ) -> asyncio.Future[SendManyResult]:
+        """``send_many`` for ``length`` records held in Arrow-layout buffers, without a Python
+        object per record (``BinaryColumn.from_arrow`` / ``HeaderColumn.from_arrow`` build the
+        arguments from pyarrow arrays; see ``aiokprod.records.columnar``).
+
+        Same semantics as ``send_many``: one future resolving to a ``SendManyResult`` in input
+        order, failing with the first error; keyed rows go to murmur2(key) % partitions (a
+        custom ``partitioner`` is asked per row), unkeyed ones (and null keys) by the sticky
+        partitioner; waits for metadata or memory only, each within ``max_block_ms``.
+        Serializers and interceptors do not apply (the buffers are the serialized bytes).
+        Beyond ``send_many``, rows may have their own create times (``timestamps_ms``: an int64
+        buffer of epoch milliseconds and the first row's index in it) and headers
+        (``headers``).
+        """
+        acc, _sender = self._sending_parts()
+        pool, cluster, config = self._pool, self._cluster, self._config
+        assert pool is not None and cluster is not None
+        if topic not in cluster.view.topics:
+            validate_topic(topic)
+        if self._interceptors:
+            raise ValueError("send_columns() does not run interceptors; use send() per record "
+                             "with interceptors configured")
+        if timestamp_ms is not None and timestamps_ms is not None:
+            raise ValueError("give timestamp_ms (every row) or timestamps_ms (one per row), "
+                             "not both")
+        if length < 0:
+            raise ValueError(f"length {length} < 0")
+        stamp = self._checked_timestamp(timestamp_ms)
+        rows = ColumnarRows(length, values, keys, timestamps_ms, headers, stamp)
+        if length and rows.max_row_bytes() + _RECORD_OVERHEAD > self._max_record:
+            raise RecordTooLargeError(
+                f"send_columns: a record is {rows.max_row_bytes() + _RECORD_OVERHEAD} bytes when "
+                f"serialized, larger than {self._max_record}, the smaller of "
+                f"max.request.size and buffer.memory")
+        future: asyncio.Future[SendManyResult] = asyncio.get_running_loop().create_future()
+        key_view = None if keys is None else _Keys(rows)
+        delivery = BulkDelivery if timestamps_ms is None else _RowStampedDelivery
+        if length == 0:
+            future.set_result(SendManyResult(delivery(future, topic, rows, key_view, stamp, None)))
+            return future
+        start = time.monotonic()
+        meta = cluster.view.topics.get(topic)
+        if meta is None or not meta.partition_ids:
+            meta = await self._wait_for_topic(topic)
+        runs: list[tuple[int | None, int, int]]
+        if partition is not None:
+            if partition not in meta.partitions:
+                meta = await self._wait_for_partition(topic, partition, start)
+            runs = [(partition, 0, length)]
+        elif keys is None or (config.partitioner_ignore_keys and config.partitioner is None):
+            runs = [(None, 0, length)]
+        elif config.partitioner is None:
+            # null keys go where the sticky partitioner says now, in input order among the keyed
+            # rows of that partition (send_many's order)
+            sticky = -1
+            if keys.validity is not None:
+                sticky = self._partitioner.partition(topic, None, None, meta.partition_ids,
                                                      meta.available_partitions)
-        runs = _runs(rows.group(len(meta.partition_ids), sticky))
-    else:  # a custom partitioner: asked per row, as send_many does
-        runs = _custom_runs(producer, topic, rows, meta.partition_ids,
-                            meta.available_partitions)
-    bulk = delivery(future, topic, rows, key_view, -1 if timestamps_ms is not None else stamp,
-                    # position → row; an int64 array reads like the list send_many keeps
-                    None if rows.order is None else cast("list[int]", rows.order))
-    queued = 0
-    partitioner = producer._partitioner
-    try:
-        for run_partition, run_start, run_stop in runs:
-            i = run_start
-            while i < run_stop:
-                p = run_partition if run_partition is not None else partitioner.partition(
-                    topic, None, None, meta.partition_ids, meta.available_partitions)
-                taken, added = acc.try_append_many(topic, p, stamp, rows, None, None, i,
-                                                   run_stop, bulk)
-                if not taken:
-                    size = acc.bulk_allocation_size(None, bytes(rows.record_size(i)), None)
-                    buffer = pool.try_allocate(size)
-                    if buffer is None:
-                        buffer = await producer._allocate_waiting(size, start)
-                    taken, added = acc.append_many_with_buffer(
-                        topic, p, rows.timestamp_of(rows.row(i)), rows, None, None, i,
-                        run_stop, bulk, buffer, size)
-                if run_partition is None:
-                    partitioner.on_append(topic, p, added)
-                i += taken
-                queued += taken
-    except BaseException as exc:
-        bulk.pending -= length - queued  # what was queued still completes; the call fails now
-        if isinstance(exc, KafkaError) and queued:
-            error = type(exc)(f"send_columns: {queued} of {length} records were queued (they "
-                              f"will still be delivered) before: {exc}")
-            bulk.fail(error)
-            raise error from exc
-        bulk.fail(exc)
-        raise
-    return future
+            runs = _runs(rows.group(len(meta.partition_ids), sticky))
+        else:  # a custom partitioner: asked per row, as send_many does
+            runs = _custom_runs(self._partitioner.partition, topic, rows, meta.partition_ids,
+                                meta.available_partitions)
+        bulk = delivery(future, topic, rows, key_view, -1 if timestamps_ms is not None else stamp,
+                        # position → row; an int64 array reads like the list send_many keeps
+                        None if rows.order is None else cast("list[int]", rows.order))
+        queued = 0
+        partitioner = self._partitioner
+        try:
+            for run_partition, run_start, run_stop in runs:
+                i = run_start
+                while i < run_stop:
+                    p = run_partition if run_partition is not None else partitioner.partition(
+                        topic, None, None, meta.partition_ids, meta.available_partitions)
+                    taken, added = acc.try_append_many(topic, p, stamp, rows, None, None, i,
+                                                       run_stop, bulk)
+                    if not taken:
+                        size = acc.bulk_allocation_size(None, bytes(rows.record_size(i)), None)
+                        buffer = pool.try_allocate(size)
+                        if buffer is None:
+                            buffer = await self._allocate_waiting(size, start)
+                        taken, added = acc.append_many_with_buffer(
+                            topic, p, rows.timestamp_of(rows.row(i)), rows, None, None, i,
+                            run_stop, bulk, buffer, size)
+                    if run_partition is None:
+                        partitioner.on_append(topic, p, added)
+                    i += taken
+                    queued += taken
+        except BaseException as exc:
+            bulk.pending -= length - queued  # what was queued still completes; the call fails now
+            if isinstance(exc, KafkaError) and queued:
+                error = type(exc)(f"send_columns: {queued} of {length} records were queued (they "
+                                  f"will still be delivered) before: {exc}")
+                bulk.fail(error)
+                raise error from exc
+            bulk.fail(exc)
+            raise
+        return future
 
 
 def _runs(counts: list[int]) -> list[tuple[int | None, int, int]]:
@@ -204,9 +217,9 @@ def _runs(counts: list[int]) -> list[tuple[int | None, int, int]]:
     return runs
 
 
-def _custom_runs(producer: Producer, topic: str, rows: ColumnarRows, ids: Sequence[int],
-                 available: Sequence[int]) -> list[tuple[int | None, int, int]]:
-    choose = producer._partitioner.partition
+def _custom_runs(choose: Callable[..., int], topic: str, rows: ColumnarRows,
+                 ids: Sequence[int], available: Sequence[int]
+                 ) -> list[tuple[int | None, int, int]]:
     by_partition: dict[int, list[int]] = {}
     for row in range(len(rows)):
         by_partition.setdefault(choose(topic, rows.key(row), rows[row], ids, available),

@@ -26,8 +26,7 @@ from aiokprod.producer._transactional_api import TransactionalApi
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.bulk import SendManyResult
-from aiokprod.producer.columnar_send import send_columns
+from aiokprod.producer.columnar_send import SendColumns
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.partition import Partitions
 from aiokprod.producer.partitioner import BuiltinPartitioner
@@ -40,7 +39,6 @@ from aiokprod.producer.transaction_manager import TransactionManager
 from aiokprod.producer.transactions import TransactionState
 from aiokprod.producer.validation import validate_topic
 from aiokprod.records import CompressionRatioEstimator, CompressionType
-from aiokprod.records.columnar import BinaryColumn, HeaderColumn
 from aiokprod.settings import ProducerSettings
 from aiokprod.telemetry import ClientTelemetry
 
@@ -61,7 +59,7 @@ class ProducerHealth(NamedTuple):
     reason: str | None
 
 
-class Producer(SendMany, TransactionalApi):
+class Producer(SendMany, SendColumns, TransactionalApi):
     """An asyncio Kafka producer. Use ``async with Producer(...)`` or ``start()``/``close()``.
 
     ``Producer(bootstrap_servers, **settings)`` takes every ``ProducerConfig`` setting as a
@@ -349,37 +347,6 @@ class Producer(SendMany, TransactionalApi):
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
-
-    # ---- sending from Arrow-layout buffers ------------------------------------------------
-
-    async def send_columns(
-        self,
-        topic: str,
-        length: int,
-        values: BinaryColumn,
-        keys: BinaryColumn | None = None,
-        *,
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
-        timestamps_ms: tuple[Any, int] | None = None,
-        headers: HeaderColumn | None = None,
-    ) -> asyncio.Future[SendManyResult]:
-        """``send_many`` for ``length`` records held in Arrow-layout buffers, without a Python
-        object per record (``BinaryColumn.from_arrow`` / ``HeaderColumn.from_arrow`` build the
-        arguments from pyarrow arrays; see ``aiokprod.records.columnar``).
-
-        Same semantics as ``send_many``: one future resolving to a ``SendManyResult`` in input
-        order, failing with the first error; keyed rows go to murmur2(key) % partitions (a
-        custom ``partitioner`` is asked per row), unkeyed ones (and null keys) by the sticky
-        partitioner; waits for metadata or memory only, each within ``max_block_ms``.
-        Serializers and interceptors do not apply (the buffers are the serialized bytes).
-        Beyond ``send_many``, rows may have their own create times (``timestamps_ms``: an int64
-        buffer of epoch milliseconds and the first row's index in it) and headers
-        (``headers``).
-        """
-        return await send_columns(self, topic, length, values, keys, partition=partition,
-                                  timestamp_ms=timestamp_ms, timestamps_ms=timestamps_ms,
-                                  headers=headers)
 
     # ---- flushing and queries --------------------------------------------------------------
 
