@@ -71,6 +71,16 @@ cdef inline int _zigzag_into(char* out, int64_t value) noexcept nogil:
     return n + 1
 
 
+cdef inline Py_ssize_t _field_into(char* out, const void* data, Py_ssize_t length) noexcept nogil:
+    """A record's key, value, header key or header value: its length as a zigzag varint (-1
+    for null), then its bytes; returns what it wrote."""
+    cdef Py_ssize_t w = _zigzag_into(out, length)
+    if length > 0:
+        memcpy(out + w, data, length)
+        w += length
+    return w
+
+
 cdef inline int _zigzag_size(int64_t value) noexcept nogil:
     cdef uint64_t z = (<uint64_t>value << 1) ^ <uint64_t>(value >> 63)
     cdef int n = 1
@@ -129,14 +139,8 @@ def append_record(bytearray buf, object timestamp_delta, object offset_delta, ob
     pos += 1
     pos += _zigzag_into(out + pos, delta)
     pos += _zigzag_into(out + pos, count)
-    pos += _zigzag_into(out + pos, klen)
-    if klen > 0:
-        memcpy(out + pos, kptr, klen)
-        pos += klen
-    pos += _zigzag_into(out + pos, vlen)
-    if vlen > 0:
-        memcpy(out + pos, vptr, vlen)
-        pos += vlen
+    pos += _field_into(out + pos, kptr, klen)
+    pos += _field_into(out + pos, vptr, vlen)
     memcpy(out + pos, hptr, hlen)
     return total
 
@@ -378,15 +382,9 @@ cdef inline Py_ssize_t _headers_into(Columns c, Py_ssize_t row, char* out) noexc
         klen = _bin_get(&c.hkeys, j, &p)
         if klen < 0:
             klen = 0
-        pos += _zigzag_into(out + pos, klen)
-        if klen > 0:
-            memcpy(out + pos, p, klen)
-            pos += klen
+        pos += _field_into(out + pos, p, klen)
         vlen = _bin_get(&c.hvals, j, &p)
-        pos += _zigzag_into(out + pos, vlen)
-        if vlen > 0:
-            memcpy(out + pos, p, vlen)
-            pos += vlen
+        pos += _field_into(out + pos, p, vlen)
     return pos
 
 
@@ -451,15 +449,9 @@ def append_columns(bytearray buf, Columns cols, Py_ssize_t start, Py_ssize_t sto
                 w += _zigzag_into(out + w, ts - base_timestamp)
                 w += _zigzag_into(out + w, count + (pos - start))
                 klen = _bin_get(&cols.keys, row, &kp) if cols.has_keys else -1
-                w += _zigzag_into(out + w, klen)
-                if klen > 0:
-                    memcpy(out + w, kp, klen)
-                    w += klen
+                w += _field_into(out + w, kp, klen)
                 vlen = _bin_get(&cols.values, row, &vp)
-                w += _zigzag_into(out + w, vlen)
-                if vlen > 0:
-                    memcpy(out + w, vp, vlen)
-                    w += vlen
+                w += _field_into(out + w, vp, vlen)
                 if cols.has_headers:
                     w += _headers_into(cols, row, out + w)
                 else:
