@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 FIND_PYTHON := sh tools/find_python.sh
+# the native extension: _speedups.pyx and the files it includes
+NATIVE_SOURCES := $(wildcard aiokprod/_native/*.pyx aiokprod/_native/*.pxi)
 
 # Every Python we claim (pyproject.toml's classifiers and cibuildwheel's `build`;
 # tests/unit/test_supported_pythons.py keeps the three equal). `make test` runs the whole suite on
@@ -18,7 +20,7 @@ OTHER_PYTHON_TESTS := tests/unit tests/protocol tests/integration/test_producer_
 .PHONY: test test-other-pythons demo kafka lint typecheck unit gen docs bench bench-spark clean
 
 # setup.py builds the native extension (aiokprod/_native) in place when a compiler exists
-$(STAMP): pyproject.toml setup.py aiokprod/_native/_speedups.pyx
+$(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	test -x $(PY) || { py=$$($(FIND_PYTHON) '$(PYTHON)') && "$$py" -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -67,7 +69,7 @@ test-python-%:
 	echo "== Python $*: $(OTHER_PYTHON_TESTS)" && \
 	.venv-$*/bin/pytest -q -p no:cacheprovider $(OTHER_PYTHON_TESTS)
 
-.venv-%/.installed-stamp: pyproject.toml setup.py aiokprod/_native/_speedups.pyx
+.venv-%/.installed-stamp: pyproject.toml setup.py $(NATIVE_SOURCES)
 	test -x .venv-$*/bin/python || { py=$$($(FIND_PYTHON) $*) && "$$py" -m venv .venv-$*; }
 	.venv-$*/bin/python -m pip install -q --upgrade pip
 	.venv-$*/bin/python -m pip install -q -e '.[test]'

@@ -1,6 +1,7 @@
-"""Builds the optional native extension (aiokprod/_native/_speedups.pyx); metadata is in
-pyproject.toml. Without Cython or a C compiler the install goes on in pure Python, with one
-warning: the package behaves the same either way (``aiokprod._native.NATIVE`` tells which)."""
+"""Builds the optional native extension (aiokprod/_native/_speedups.pyx and the .pxi files it
+includes); metadata is in pyproject.toml. Without Cython or a C compiler the install goes on in
+pure Python, with one warning: the package behaves the same either way
+(``aiokprod._native.NATIVE`` tells which)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from aiokprod.network.metadata import ClusterView
 from aiokprod.producer.accumulator_drain import ReadyCheck, SenderSide
 from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
+from aiokprod.producer.batch import append_open as _append_open
 from aiokprod.producer.partition import PartitionProducer, Partitions
 from aiokprod.records import (
     CompressionRatioEstimator,
@@ -101,6 +102,7 @@ class RecordAccumulator(SenderSide):
         self._wakeup = on_wakeup
         self._clock = clock
         self._loop = asyncio.get_running_loop()
+        self._create_future = self._loop.create_future
         # the producer's partitions, shared with idempotence (their sequences): each holds
         # its queue of batches. by_topic is read directly on the append path.
         self._partitions = partitions if partitions is not None else Partitions()
@@ -136,8 +138,10 @@ class RecordAccumulator(SenderSide):
     ) -> asyncio.Future[RecordMetadata] | None:
         """Append into the open batch or a new one with memory available now; None if none is.
 
-        The hot path: one dict lookup per level, one builder call, one future. The sender is
-        woken when a batch is created (the previous one is then full), not per record.
+        The hot path: one dict lookup per level, then for a record without headers one call
+        (``batch.append_open``, in C on the native path) that encodes it, updates the builder
+        and makes its future; the general path below handles headers, a new bookkeeping block
+        and a full batch. The sender is woken when a batch fills, not per record.
         """
         parts = self._queues.get(topic)
         queue = parts.get(partition) if parts is not None else None
@@ -146,6 +150,13 @@ class RecordAccumulator(SenderSide):
         batches = queue.batches
         if batches:
             last = batches[-1]
+            if headers is None:
+                appended = _append_open(last, timestamp, key, value, self._create_future)
+                if appended is not None:
+                    self._queued_records += 1
+                    if last.builder.full:
+                        self._wakeup()  # R1: a full batch is sendable now (Java: batchIsFull)
+                    return appended
             if last.sealed is None and (
                     len(last.deliveries) < last.covered_slots or self._cover(last)) and \
                     last.builder.try_append(timestamp, key, value, headers):

@@ -272,5 +272,32 @@ def _complete_deliveries_py(
             future.set_result(md)
 
 
+def append_open_py(
+    batch: ProducerBatch,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    create_future: Callable[[], asyncio.Future[RecordMetadata]],
+) -> asyncio.Future[RecordMetadata] | None:
+    """send()'s common record (no headers) into ``batch``, its partition's open batch.
+
+    None, with nothing written, when the batch cannot take it this way: sealed, the
+    bookkeeping it was charged for used up (the accumulator then charges another block), or
+    full (the builder then says so). The twin of ``aiokprod._native._speedups.append_open``,
+    which does the same in one C call.
+    """
+    if batch.sealed is not None or len(batch.deliveries) >= batch.covered_slots:
+        return None
+    builder = batch.builder
+    if not builder.try_append(timestamp, key, value, None):
+        return None
+    future = create_future()
+    batch.deliveries.extend((future, builder.record_count - 1, timestamp - batch.ts_base,
+                             -1 if key is None else len(key),
+                             -1 if value is None else len(value)))
+    return future
+
+
 _complete_deliveries = (_complete_deliveries_py if _native.speedups is None
                         else _native.speedups.complete_deliveries)
+append_open = append_open_py if _native.speedups is None else _native.speedups.append_open

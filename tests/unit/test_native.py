@@ -40,6 +40,7 @@ def test_the_extension_is_used_unless_disabled() -> None:
         assert partitioner._murmur2_u32 is partitioner._murmur2_u32_py
         assert builder._append_record is builder._append_record_py
         assert batch_module._complete_deliveries is batch_module._complete_deliveries_py
+        assert batch_module.append_open is batch_module.append_open_py
         return
     compiler = sysconfig.get_config_var("CC") or "cc"
     if shutil.which(compiler.split()[0]) is None:
@@ -48,6 +49,7 @@ def test_the_extension_is_used_unless_disabled() -> None:
                             f"{sys.executable} -m pip install -e . shows why")
     assert partitioner._murmur2_u32 is native.murmur2_u32  # type: ignore[union-attr]
     assert builder._append_record is native.append_record  # type: ignore[union-attr]
+    assert batch_module.append_open is native.append_open  # type: ignore[union-attr]
 
 
 @needs_native
@@ -152,3 +154,53 @@ async def test_native_completion_leaves_record_metadata_to_reference_counting() 
     assert md == RecordMetadata("t", 5, 42, 1000, 3, 10)
     assert pickle.loads(pickle.dumps(md)) == md and md._replace(offset=1).offset == 1
     assert gc.is_tracked(RecordMetadata("t", 5, 42, 1000, 3, 10))  # Python's own are tracked
+
+
+RECORDS = st.lists(st.tuples(st.integers(1_600_000_000_000, 1_800_000_000_000), BYTES_OR_NONE,
+                             BYTES_OR_NONE), min_size=1, max_size=40)
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(records=RECORDS, write_limit=st.integers(61, 2000), covered=st.integers(0, 30),
+       ts_base=st.integers(1_600_000_000_000, 1_800_000_000_000))
+async def test_open_batch_append_twins_agree(records: list[tuple[int, bytes | None,
+                                                                 bytes | None]],
+                                             write_limit: int, covered: int,
+                                             ts_base: int) -> None:
+    """send()'s append into the open batch: the same answer for every record, the same bytes,
+    builder fields and delivery slots, whether the batch fills, runs out of charged
+    bookkeeping or is sealed."""
+    assert native is not None
+    loop = asyncio.get_running_loop()
+
+    def open_batch() -> batch_module.ProducerBatch:
+        buffer = bytearray()
+        made = batch_module.ProducerBatch(
+            "t", 0, buffer, 0, builder.RecordBatchBuilder(buffer, write_limit=write_limit),
+            0.0, ts_base)
+        made.covered_slots = covered * batch_module.DELIVERY_STRIDE
+        return made
+
+    ours, theirs = open_batch(), open_batch()
+    for timestamp, key, value in records:
+        a = native.append_open(ours, timestamp, key, value, loop.create_future)
+        b = batch_module.append_open_py(theirs, timestamp, key, value, loop.create_future)
+        assert (a is None) == (b is None)
+    for made in (ours, theirs):
+        assert all(isinstance(f, asyncio.Future) and not f.done()
+                   for f in made.deliveries[::batch_module.DELIVERY_STRIDE])
+        del made.deliveries[::batch_module.DELIVERY_STRIDE]
+    assert ours.deliveries == theirs.deliveries
+    fields = ("record_count", "base_timestamp", "full", "max_record_size", "max_timestamp")
+    assert [getattr(ours.builder, f) for f in fields] == \
+        [getattr(theirs.builder, f) for f in fields]
+    assert ours.buffer == theirs.buffer
+    if not ours.builder.record_count:
+        return  # nothing was charged for: an empty batch is never sealed
+    ours.seal()
+    theirs.seal()
+    assert bytes(ours.sealed or b"") == bytes(theirs.sealed or b"")
+    for made in (ours, theirs):  # a sealed batch takes nothing more
+        assert native.append_open(made, ts_base, None, b"v", loop.create_future) is None
+        assert batch_module.append_open_py(made, ts_base, None, b"v", loop.create_future) is None
