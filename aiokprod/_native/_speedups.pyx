@@ -14,7 +14,12 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 cdef extern from "Python.h":
+    ctypedef struct PyObject
     void PyObject_GC_UnTrack(void *op)
+    Py_ssize_t Py_REFCNT(PyObject* op)
+    PyObject* PyList_GET_ITEM(object list, Py_ssize_t i)
+
+from asyncio import Future as _AioFuture
 
 cdef uint32_t _M = 0x5BD1E995
 cdef uint32_t _SEED = 0x9747B28C
@@ -158,7 +163,9 @@ def complete_deliveries(list deliveries, str topic, object partition, object bas
 
     ``deliveries`` holds five slots per record: future, offset delta, timestamp - ``ts_base``,
     key size, value size. Offsets follow ``base_offset`` (-1 when unknown); the timestamp is
-    the log append time when one is given (>= 0), else the record's create time.
+    the log append time when one is given (>= 0), else the record's create time. A future no
+    one else holds and nothing waits on is dropped instead of resolved (below): the twin
+    resolves it, which no caller can tell apart.
     """
     cdef Py_ssize_t i = 0
     cdef Py_ssize_t n = len(deliveries)
@@ -166,9 +173,20 @@ def complete_deliveries(list deliveries, str topic, object partition, object bas
     cdef bint append_time = log_append_time >= 0
     cdef long long base = base_offset
     cdef long long tsb = ts_base
+    cdef PyObject* item
     new = tuple.__new__
     while i + 4 < n:
-        future = deliveries[i]
+        item = PyList_GET_ITEM(deliveries, i)
+        if Py_REFCNT(item) == 1 and on_ack is None and type(<object>item) is _AioFuture and \
+                (<object>item)._callbacks is None:
+            # only this list holds the future and nothing is to be called when it is done (a
+            # fire-and-forget send): no one can ever see its result, so none is made. It is
+            # dropped now, as it would be with the batch, and dies pending, as an unawaited
+            # asyncio future may (a weak reference then sees it gone, never pending)
+            deliveries[i] = None
+            i += 5
+            continue
+        future = <object>item
         md = new(metadata_type, (
             topic, partition,
             base + <long long>deliveries[i + 1] if known else -1,

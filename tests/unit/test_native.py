@@ -14,6 +14,7 @@ import pickle
 import shutil
 import sys
 import sysconfig
+import weakref
 
 import pytest
 from hypothesis import given, settings
@@ -204,3 +205,28 @@ async def test_open_batch_append_twins_agree(records: list[tuple[int, bytes | No
     for made in (ours, theirs):  # a sealed batch takes nothing more
         assert native.append_open(made, ts_base, None, b"v", loop.create_future) is None
         assert batch_module.append_open_py(made, ts_base, None, b"v", loop.create_future) is None
+
+
+@needs_native
+async def test_native_completion_makes_no_result_no_one_can_see() -> None:
+    """A delivery future only the batch holds, with no callback (fire-and-forget), gets no
+    RecordMetadata: it is dropped pending, and a weak reference sees it gone. One a caller
+    keeps, or one with a callback, is resolved as always."""
+    assert native is not None
+    loop = asyncio.get_running_loop()
+    kept = loop.create_future()
+    called: list[RecordMetadata] = []
+    with_callback = loop.create_future()
+    with_callback.add_done_callback(lambda f: called.append(f.result()))
+    deliveries: list[object] = [kept, 0, 0, 1, 1, with_callback, 1, 0, 1, 1]
+    del with_callback
+    dropped = loop.create_future()
+    gone = weakref.ref(dropped)
+    deliveries += [dropped, 2, 0, 1, 1]
+    del dropped
+    native.complete_deliveries(deliveries, "t", 0, 10, -1, 0, None, RecordMetadata,
+                               batch_module._call_interceptor)
+    assert gone() is None and deliveries[10] is None
+    assert kept.result().offset == 10
+    await asyncio.sleep(0)
+    assert [md.offset for md in called] == [11]
