@@ -308,12 +308,20 @@ def test_order_and_no_loss_with_a_bootstrap_broker_down_from_the_start() -> None
 
 def test_same_faults_without_idempotence_break_order() -> None:
     """The proof that the faults bite: without idempotence (Java semantics, 5 in flight) a new
-    batch may overtake one waiting to be retried, and the order check must notice."""
-    outcome = run_scenario(1, 3000, idempotent=False)
-    report(outcome, "seed 1 without idempotence")
-    assert_faults_fired(outcome)
-    assert outcome.order_violations(), (
-        "no per-key order broken without idempotence: this test could not fail", outcome.faults)
+    batch may overtake one waiting to be retried, and the order check must notice.
+
+    Whether a retried batch is overtaken depends on timing: a run usually breaks the order of
+    1-3 keys, and once in CI (a loaded machine) seed 1 broke none. So up to four seeds run,
+    until one does; the check fails only if none of them breaks any order.
+    """
+    for seed in (1, 2, 3, 4):
+        outcome = run_scenario(seed, 3000, idempotent=False)
+        report(outcome, f"seed {seed} without idempotence")
+        assert_faults_fired(outcome)
+        if outcome.order_violations():
+            return
+    raise AssertionError("no per-key order broken without idempotence in four seeded runs: "
+                         f"this test could not fail ({outcome.faults})")
 
 
 @pytest.mark.slow
