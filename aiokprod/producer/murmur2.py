@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import cast
 
 from aiokprod import _native
 
-__all__ = ["murmur2", "partition_for_key", "to_positive"]
+__all__ = ["group_keys", "murmur2", "partition_for_key", "to_positive"]
 
 _MASK32 = 0xFFFFFFFF
 _M = 0x5BD1E995
@@ -75,3 +76,38 @@ def to_positive(x: int) -> int:
 def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) -> int:
     """The partition Java's default partitioner gives ``key``."""
     return (_murmur2_u32(key) & 0x7FFFFFFF) % num_partitions
+
+
+KeyGroups = tuple[list[int], list[tuple[int, int, int]], list[bytes | None], list[bytes | None]]
+
+
+def group_keys_py(keys: list[bytes | None], values: list[bytes | None], num_partitions: int
+                  ) -> KeyGroups | None:
+    """The records of a keyed ``send_many`` by partition, by Kafka's rule for keys.
+
+    Returns ``(order, runs, ordered_keys, ordered_values)``: the record indices grouped by
+    partition, partitions in the order of their first record and records in call order within
+    each; one ``(partition, start, stop)`` run over ``order`` per partition; the keys and
+    values in that order. None when a key is None or not ``bytes`` (the caller asks the
+    partitioner record by record then). The twin of ``aiokprod._native._speedups.group_keys``.
+    """
+    if len(values) != len(keys):
+        raise ValueError(f"{len(keys)} keys for {len(values)} values")
+    if num_partitions <= 0:
+        raise ValueError(f"no partitions to choose from ({num_partitions})")
+    if any(type(k) is not bytes for k in keys):
+        return None
+    by_partition: dict[int, list[int]] = {}
+    for i, key in enumerate(cast("list[bytes]", keys)):
+        by_partition.setdefault((_murmur2_u32(key) & 0x7FFFFFFF) % num_partitions, []).append(i)
+    order = [i for indices in by_partition.values() for i in indices]
+    runs = []
+    pos = 0
+    for p, indices in by_partition.items():
+        runs.append((p, pos, pos + len(indices)))
+        pos += len(indices)
+    return order, runs, [keys[i] for i in order], [values[i] for i in order]
+
+
+group_keys: Callable[[list[bytes | None], list[bytes | None], int], KeyGroups | None] = (
+    group_keys_py if _native.speedups is None else _native.speedups.group_keys)

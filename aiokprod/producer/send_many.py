@@ -15,8 +15,10 @@ from typing import Any
 
 from aiokprod.errors import KafkaError, RecordTooLargeError, SerializationError
 from aiokprod.hooks import Serializer
+from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.accumulator import estimate_record_size
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
+from aiokprod.producer.murmur2 import KeyGroups, group_keys
 from aiokprod.producer.send_path import BYTES_LIKE, Headers, SendPath, check_headers
 from aiokprod.producer.validation import validate_topic
 
@@ -117,19 +119,14 @@ class SendMany(SendPath):
                 self._config.partitioner is None):
             runs = [(None, 0, n)]
         else:
-            choose = self._partitioner.partition
-            ids, available = meta.partition_ids, meta.available_partitions
-            by_partition: dict[int, list[int]] = {}
-            for i, (k, v) in enumerate(zip(ks, vals, strict=True)):
-                by_partition.setdefault(choose(topic, k, v, ids, available), []).append(i)
-            order = [i for indices in by_partition.values() for i in indices]
-            ordered_vals = [vals[i] for i in order]
-            ordered_keys = [ks[i] for i in order]
-            runs = []
-            pos = 0
-            for p, indices in by_partition.items():
-                runs.append((p, pos, pos + len(indices)))
-                pos += len(indices)
+            # the built-in rule for keys in one call (native: one C pass); a custom
+            # partitioner, or a None key among them, asks the partitioner per record
+            grouped = group_keys(ks, vals, len(meta.partition_ids)) \
+                if self._config.partitioner is None else None
+            if grouped is None:
+                grouped = self._group_by_partitioner(topic, ks, vals, meta)
+            order, partition_runs, ordered_keys, ordered_vals = grouped
+            runs = [*partition_runs]
         hdrs = None if record_headers is None else [record_headers] * n
         bulk = BulkDelivery(future, topic, vals, ks, timestamp_ms, order)
         queued = 0
@@ -169,6 +166,22 @@ class SendMany(SendPath):
             bulk.fail(exc)
             raise
         return future
+
+    def _group_by_partitioner(self, topic: str, ks: list[bytes | None],
+                              vals: list[bytes | None], meta: TopicMetadata) -> KeyGroups:
+        """``group_keys``'s answer, with the partitioner choosing each record's partition."""
+        choose = self._partitioner.partition
+        ids, available = meta.partition_ids, meta.available_partitions
+        by_partition: dict[int, list[int]] = {}
+        for i, (k, v) in enumerate(zip(ks, vals, strict=True)):
+            by_partition.setdefault(choose(topic, k, v, ids, available), []).append(i)
+        order = [i for indices in by_partition.values() for i in indices]
+        runs = []
+        pos = 0
+        for p, indices in by_partition.items():
+            runs.append((p, pos, pos + len(indices)))
+            pos += len(indices)
+        return order, runs, [ks[i] for i in order], [vals[i] for i in order]
 
     def _bulk_bytes(self, topic: str, items: Iterable[Any], serializer: Serializer | None,
                     what: str, *, owned: bool = False) -> list[bytes | None]:

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from aiokprod import _native
 from aiokprod.producer import batch as batch_module
+from aiokprod.producer import murmur2 as murmur2_module
 from aiokprod.producer import partitioner
 from aiokprod.producer.record_metadata import RecordMetadata
 from aiokprod.records import builder
@@ -42,6 +43,7 @@ def test_the_extension_is_used_unless_disabled() -> None:
         assert builder._append_record is builder._append_record_py
         assert batch_module._complete_deliveries is batch_module._complete_deliveries_py
         assert batch_module.append_open is batch_module.append_open_py
+        assert murmur2_module.group_keys is murmur2_module.group_keys_py
         return
     compiler = sysconfig.get_config_var("CC") or "cc"
     if shutil.which(compiler.split()[0]) is None:
@@ -51,6 +53,7 @@ def test_the_extension_is_used_unless_disabled() -> None:
     assert partitioner._murmur2_u32 is native.murmur2_u32  # type: ignore[union-attr]
     assert builder._append_record is native.append_record  # type: ignore[union-attr]
     assert batch_module.append_open is native.append_open  # type: ignore[union-attr]
+    assert murmur2_module.group_keys is native.group_keys  # type: ignore[union-attr]
 
 
 @needs_native
@@ -230,3 +233,43 @@ async def test_native_completion_makes_no_result_no_one_can_see() -> None:
     assert kept.result().offset == 10
     await asyncio.sleep(0)
     assert [md.offset for md in called] == [11]
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.binary(max_size=12), max_size=60), num_partitions=st.integers(1, 9),
+       none_at=st.none() | st.integers(0, 59))
+def test_key_grouping_twins_agree(keys: list[bytes], num_partitions: int,
+                                  none_at: int | None) -> None:
+    """send_many's keyed records by partition: the same order, runs and reordered lists, each
+    record on the partition the partitioner gives its key; a None key makes both decline."""
+    assert native is not None
+    with_none: list[bytes | None] = list(keys)
+    if none_at is not None and none_at < len(with_none):
+        with_none[none_at] = None
+    values: list[bytes | None] = [b"v%d" % i for i in range(len(with_none))]
+    ours = native.group_keys(with_none, values, num_partitions)
+    assert ours == murmur2_module.group_keys_py(with_none, values, num_partitions)
+    if ours is None:
+        assert None in with_none
+        return
+    order, runs, ordered_keys, ordered_values = ours
+    assert sorted(order) == list(range(len(keys)))
+    assert ordered_keys == [keys[i] for i in order]
+    assert ordered_values == [values[i] for i in order]
+    assert sum(stop - start for _p, start, stop in runs) == len(keys)
+    assert len({p for p, _start, _stop in runs}) == len(runs)  # one run per partition
+    for p, start, stop in runs:
+        assert all(murmur2_module.partition_for_key(keys[i], num_partitions) == p
+                   for i in order[start:stop])
+
+
+@needs_native
+def test_key_grouping_refuses_what_python_refuses() -> None:
+    assert native is not None
+    for twin in (native.group_keys, murmur2_module.group_keys_py):
+        with pytest.raises(ValueError, match="no partitions"):
+            twin([b"k"], [b"v"], 0)
+        with pytest.raises(ValueError, match="1 keys for 2 values"):
+            twin([b"k"], [b"v", b"w"], 3)
+        assert twin([b"k", bytearray(b"k")], [b"v", b"w"], 3) is None  # type: ignore[list-item]
