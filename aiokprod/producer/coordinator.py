@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import (
@@ -26,11 +26,25 @@ from aiokprod.network.connection import BrokerConnection
 from aiokprod.network.messages import KafkaRequest
 from aiokprod.protocol import FindCoordinatorRequest
 
-__all__ = ["GROUP_KEY", "TRANSACTION_KEY", "CoordinatorClient"]
+__all__ = ["GROUP_KEY", "TRANSACTION_KEY", "CoordinatorClient", "top_level_code"]
 
 log = logging.getLogger("aiokprod.producer.transaction_manager")  # the transactions' logger
 
 _R = TypeVar("_R")  # a response type: call returns what its request is answered with
+
+
+class _WithErrorCode(Protocol):
+    @property
+    def error_code(self) -> int: ...
+
+
+_E = TypeVar("_E", bound=_WithErrorCode)
+
+
+def top_level_code(response: _E) -> list[int]:
+    """The error codes of a response that has one, for ``CoordinatorClient.call``."""
+    return [response.error_code]
+
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1

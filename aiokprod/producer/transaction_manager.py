@@ -5,7 +5,9 @@ talks to the brokers: FindCoordinator (key type 1 for the transaction coordinato
 consumer group's), InitProducerId with the transactional id, AddPartitionsToTxn before a
 partition's first batch, AddOffsetsToTxn + TxnOffsetCommit, and EndTxn. The producer calls it
 from ``start()``/``commit_transaction()``/``abort_transaction()``; the sender calls
-``can_send`` while draining and ``after_drain`` once per wake-up.
+``can_send`` while draining and ``after_drain`` once per wake-up. AddOffsetsToTxn,
+TxnOffsetCommit and EndTxn are sent by ``transaction_end.py``'s methods, which
+``TransactionManager`` inherits.
 
 Every wait is bounded: the user-facing calls by max.block.ms (a deadline passed in), each
 request by request.timeout.ms, AddPartitionsToTxn retries by the delivery.timeout.ms of the
@@ -17,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import (
-    IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
@@ -31,7 +32,7 @@ from aiokprod.errors import (
 )
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
-from aiokprod.producer.coordinator import CoordinatorClient
+from aiokprod.producer.coordinator import CoordinatorClient, top_level_code
 from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
 from aiokprod.producer.producer_id import (
     FATAL_INIT_CODES,
@@ -39,40 +40,24 @@ from aiokprod.producer.producer_id import (
     InitOutcome,
     ProducerIdRequester,
 )
+from aiokprod.producer.transaction_end import END_TXN_V2, TransactionEnd
 from aiokprod.producer.transactions import (
-    ConsumerGroupMetadata,
     PartitionsInTransaction,
     TransactionState,
     TxnEvent,
     next_state,
 )
 from aiokprod.protocol import (
-    AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     ApiVersionsRequest,
     EndTxnRequest,
     ProduceRequest,
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
 )
 
 __all__ = ["TransactionManager", "fenced_error"]
 
 log = logging.getLogger(__name__)
-
-
-class _WithErrorCode(Protocol):
-    @property
-    def error_code(self) -> int: ...
-
-
-_E = TypeVar("_E", bound=_WithErrorCode)
-
-
-def _top_level_code(response: _E) -> list[int]:
-    """The error codes of a response that has one, for ``CoordinatorClient.call``."""
-    return [response.error_code]
 
 # Versions 4+ of AddPartitionsToTxn are for brokers verifying transactions (KIP-890); clients
 # send v3 and below.
@@ -80,12 +65,10 @@ _ADD_PARTITIONS_CLIENT_MAX = 3
 # Transaction version 1 (KIP-98): EndTxn up to v4, Produce up to v11 (v12 tells the broker the
 # client relies on implicit partition adds). Version 2 (KIP-890): EndTxn v5, whose answer
 # carries the epoch the coordinator bumped, and Produce v12, which adds partitions implicitly.
-_END_TXN_V1_MAX = 4
-_END_TXN_V2 = 5
+# (EndTxn's versions, END_TXN_V1_MAX and END_TXN_V2, are transaction_end.py's, which sends it.)
 _PRODUCE_V1_MAX = 11
 _PRODUCE_V2 = 12
 _PRODUCE_V2_MAX = 14
-_TXN_OFFSET_COMMIT_V1_MAX = 4
 #: The highest transaction version used where the cluster finalizes it (tests lower it to run
 #: the version-1 protocol against a broker that offers both).
 MAX_TRANSACTION_VERSION = 2
@@ -109,7 +92,7 @@ def fenced_error(transactional_id: str, code: ErrorCode | int, what: str
         f"this transactional id is meant to run")
 
 
-class TransactionManager:
+class TransactionManager(TransactionEnd):
     """One transactional producer's coordinator requests and its transaction state."""
 
     def __init__(
@@ -287,7 +270,7 @@ class TransactionManager:
             conn = await self._cluster.least_loaded_connection(
                 self._coordinators.bounded_ms(deadline))
             versions = conn.broker_versions
-            if versions.get(EndTxnRequest.API_KEY, (0, 0))[1] < _END_TXN_V2 or \
+            if versions.get(EndTxnRequest.API_KEY, (0, 0))[1] < END_TXN_V2 or \
                     versions.get(ProduceRequest.API_KEY, (0, 0))[1] < _PRODUCE_V2:
                 return 1
             version = min(3, conn.version_for(ApiVersionsRequest))
@@ -318,7 +301,7 @@ class TransactionManager:
         try:
             while True:
                 requester.take_params()
-                answer = await self._coordinators.call(requester.build, _top_level_code,
+                answer = await self._coordinators.call(requester.build, top_level_code,
                                                        deadline, what)
                 response, code, version = answer
                 outcome = requester.on_answer(code, response, version)
@@ -414,70 +397,6 @@ class TransactionManager:
         self._fail_with(code, what, abortable=abortable)
         return False
 
-    # ---- offsets ----------------------------------------------------------------------------
-
-    async def send_offsets(self, offsets: Mapping[tuple[str, int], int],
-                           group: str | ConsumerGroupMetadata, deadline: float) -> None:
-        """AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit to the
-        group's coordinator: the offsets commit or abort with the transaction (KIP-98)."""
-        meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(
-            group)
-        self._check_open("send_offsets_to_transaction()")
-        group_id = meta.group_id
-        if group_id not in self.partitions.offsets_added:
-            pid, epoch = self._pair()
-
-            def build_add(conn: BrokerConnection) -> tuple[AddOffsetsToTxnRequest, int]:
-                return AddOffsetsToTxnRequest(
-                    transactional_id=self.transactional_id, producer_id=pid,
-                    producer_epoch=epoch, group_id=group_id), \
-                    conn.version_for(AddOffsetsToTxnRequest)
-
-            what = f"AddOffsetsToTxn(group {group_id!r})"
-            _, code, _v = await self._coordinators.call(build_add, _top_level_code, deadline, what)
-            if code is not ErrorCode.NONE:
-                raise self._fail_with(code, what, abortable=code in (
-                    ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.TRANSACTION_ABORTABLE,
-                    ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_ID_MAPPING))
-            self.partitions.offsets_added.add(group_id)
-        by_topic: dict[str, list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]] = {}
-        for (topic, partition), offset in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append(
-                TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
-                    partition_index=partition, committed_offset=offset,
-                    committed_metadata=""))
-        pid, epoch = self._pair()
-
-        def build_commit(conn: BrokerConnection) -> tuple[TxnOffsetCommitRequest, int]:
-            return TxnOffsetCommitRequest(
-                transactional_id=self.transactional_id, group_id=group_id, producer_id=pid,
-                producer_epoch=epoch, generation_id_or_member_epoch=meta.generation_id,
-                member_id=meta.member_id, group_instance_id=meta.group_instance_id,
-                topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=t, partitions=p)
-                        for t, p in by_topic.items()]), \
-                conn.version_for(TxnOffsetCommitRequest, max_version=_TXN_OFFSET_COMMIT_V1_MAX)
-
-        def commit_codes(response: TxnOffsetCommitResponse) -> list[int]:
-            return [p.error_code for t in response.topics for p in t.partitions]
-
-        what = f"TxnOffsetCommit(group {group_id!r}, {len(offsets)} partitions)"
-        _, code, _v = await self._coordinators.call(build_commit, commit_codes, deadline, what,
-                                       group=group_id)
-        if code is not ErrorCode.NONE:
-            raise self._fail_with(code, what, abortable=code not in _FATAL)
-
-    def _check_open(self, call: str) -> None:
-        """Raise what stops ``call``: fatal, abortable, or no transaction open."""
-        self.check_fatal()
-        if self._state is TransactionState.ABORTABLE_ERROR:
-            raise TransactionAbortableError(
-                f"{call}: the transaction must be aborted: {self.abortable_error}")
-        if self._state is not TransactionState.IN_TRANSACTION:
-            raise IllegalStateError(f"{call} is not allowed in state {self._state.name}: "
-                                    f"call begin_transaction() first")
-
-    # ---- EndTxn -----------------------------------------------------------------------------
-
     async def wait_for_adds(self, deadline: float) -> None:
         """No AddPartitionsToTxn may reach the coordinator after EndTxn: wait for it."""
         task = self._add_task
@@ -485,44 +404,3 @@ class TransactionManager:
             await asyncio.wait({task}, timeout=max(0.0, deadline - self._clock()))
             if not task.done():
                 raise KafkaTimeoutError("AddPartitionsToTxn still under way (max.block.ms)")
-
-    async def end(self, commit: bool, deadline: float) -> None:
-        """EndTxn(commit or abort), if the coordinator knows of this transaction, then the
-        epoch bump an abort may need; the state becomes READY."""
-        what = f"EndTxn({'commit' if commit else 'abort'})"
-        if self.partitions.started:
-            pid, epoch = self._pair()
-
-            def build(conn: BrokerConnection) -> tuple[EndTxnRequest, int]:
-                return EndTxnRequest(
-                    transactional_id=self.transactional_id, producer_id=pid,
-                    producer_epoch=epoch, committed=commit), \
-                    conn.version_for(EndTxnRequest, max_version=_END_TXN_V2
-                                     if self.transaction_version >= 2 else _END_TXN_V1_MAX)
-
-            answer = await self._coordinators.call(build, _top_level_code, deadline, what)
-            response, code, version = answer
-            if code is not ErrorCode.NONE:
-                abortable = commit and code in (ErrorCode.TRANSACTION_ABORTABLE,
-                                                ErrorCode.UNKNOWN_PRODUCER_ID,
-                                                ErrorCode.INVALID_PRODUCER_ID_MAPPING)
-                raise self._fail_with(code, what, abortable=abortable)
-            if response is not None and version >= _END_TXN_V2 and response.producer_id >= 0 and \
-                    response.producer_epoch >= 0:
-                # KIP-890: the coordinator bumped the epoch; the next transaction uses it
-                self._idem.on_epoch_bumped_by_broker(response.producer_id,
-                                                     response.producer_epoch)
-        self.partitions.clear()
-        if commit:
-            self.transactions_committed += 1
-        else:
-            self.transactions_aborted += 1
-        if not commit:
-            self._idem.maintain()  # unresolved sequences left by the abort ask for a bump
-            if self._idem.state is not ProducerIdState.READY:
-                self.fire(TxnEvent.EPOCH_BUMP_STARTED)
-                await self._init_producer_id(deadline, "InitProducerId (epoch bump)")
-                return
-        self.abortable_error = None
-        self.fire(TxnEvent.END_COMPLETED)
-

@@ -17,7 +17,8 @@ Errors come in two kinds (see docs/transactions.md):
   create a new one.
 
 The I/O (FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn, AddOffsetsToTxn,
-TxnOffsetCommit) lives in ``producer/transaction_manager.py``, which fires these events.
+TxnOffsetCommit) lives in ``producer/transaction_manager.py``, which fires these events (EndTxn
+and the offsets' requests in ``producer/transaction_end.py``, a mixin of its manager).
 """
 
 from __future__ import annotations
