@@ -13,15 +13,9 @@ Invariants (tests assert them through ``statistics()``):
   outlives ``request_timeout_ms`` the connection is closed (as the Java client's NetworkClient
   does: a broker that does not answer one request cannot be trusted with the ones behind it).
 
-Back-pressure: asyncio's transport buffers whatever is written and calls ``pause_writing`` when
-the buffer passes its high-water mark. A request sent without expecting an answer (Produce with
-acks=0) is done only when its bytes are no longer piling up: at once if the buffer stayed under
-the high-water mark, else when the transport calls ``resume_writing`` (buffer drained below the
-low-water mark). Until then its future stays pending — so the producer's pool memory is not
-released while the bytes still sit in our process — and it is bounded by ``request_timeout_ms``
-like any request (Java's NetworkClient completes an acks=0 send only once the socket took it).
-``writable`` is False while paused; the cluster stops handing the connection to the sender and
-``on_writable`` tells it when to look again.
+What ends a request other than its answer — its deadline, or (a request expecting no answer)
+the transport's buffer draining — and the back-pressure that comes with it are
+``in_flight.py``'s (``InFlight``, a mixin of ``BrokerConnection``).
 """
 
 from __future__ import annotations
@@ -41,9 +35,9 @@ from aiokprod.errors import (
     KafkaConnectionError,
     KafkaError,
     ProtocolError,
-    RequestTimeoutError,
     UnsupportedVersionError,
 )
+from aiokprod.network.in_flight import InFlight
 from aiokprod.network.security import PLAINTEXT, SecurityOptions
 from aiokprod.network.session import Session, open_session, unsupported_api_versions
 from aiokprod.network.transport import TransportConnector, tcp_connect
@@ -90,7 +84,7 @@ class ConnectionStatistics:
     unflushed: int = 0
 
 
-class BrokerConnection:
+class BrokerConnection(InFlight):
     """A pipelined connection to one broker node, with negotiated API versions.
 
     Use ``await BrokerConnection.open(...)``; it returns once the TCP connection is up and the
@@ -236,33 +230,6 @@ class BrokerConnection:
     def connected(self) -> bool:
         return self._transport is not None and self._closed_cause is None
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
-    @property
-    def writable(self) -> bool:
-        """Connected and not write-paused: more requests would not just pile up in memory."""
-        return not self._write_paused and self._transport is not None and \
-            self._closed_cause is None and not self.session.holding
-
-    @property
-    def write_buffer_size(self) -> int:
-        transport = self._transport
-        return 0 if transport is None or transport.is_closing() else \
-            transport.get_write_buffer_size()
-
-    @property
-    def busy(self) -> bool:
-        """Requests await answers, or unanswered ones still wait to leave the buffer."""
-        return bool(self._pending or self._unflushed)
-
-    def idle_for(self, now: float) -> float:
-        """Seconds with nothing in flight and nothing written or read; 0 while busy."""
-        if self._pending or self._unflushed:
-            return 0.0
-        return max(0.0, now - self.last_activity)
-
     def send(
         self,
         request: KafkaRequest[_R],
@@ -276,7 +243,7 @@ class BrokerConnection:
         Synchronous on purpose: the sender writes several requests per wake-up without a
         coroutine each. With ``expect_response=False`` (Produce with acks=0, which the broker
         never answers) the future resolves to None once the bytes have left the transport's
-        buffer (see the module docstring): at once unless the write paused the transport,
+        buffer (see ``in_flight.py``): at once unless the write paused the transport,
         else on ``resume_writing``; it fails with the connection, or after ``request_timeout_ms``.
         While the connection re-authenticates (KIP-368) the request is held and written after.
         """
@@ -349,19 +316,6 @@ class BrokerConnection:
             future.add_done_callback(_retrieve)  # its outcome has no reader any more
             raise
 
-    def writing_paused(self) -> None:
-        self._write_paused = True
-
-    def writing_resumed(self) -> None:
-        """The buffer drained below the low-water mark: what was waiting in it is sent."""
-        self._write_paused = False
-        unflushed, self._unflushed = self._unflushed, deque()
-        for _, future in unflushed:
-            if not future.done():
-                future.set_result(None)
-        if self.on_writable is not None and self._closed_cause is None:
-            self.on_writable()
-
     # ---- receiving -------------------------------------------------------------------------
 
     def frame_size_invalid(self, size: int) -> None:
@@ -413,53 +367,6 @@ class BrokerConnection:
             pending.future.set_result(response)
         return True
 
-    # ---- timeouts --------------------------------------------------------------------------
-
-    def _arm_timer(self, deadline: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_deadline = deadline
-        delay = max(0.0, deadline - self._clock())
-        self._timer = self._loop.call_later(delay, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_deadline = float("inf")
-        if not self._pending and not self._unflushed:
-            return
-        now = self._clock()
-        if self._unflushed and self._unflushed[0][0] <= now:
-            self.timeouts += 1
-            error = RequestTimeoutError(
-                f"{self._name}: a request sent without expecting an answer (acks=0) could not be "
-                f"written within request.timeout.ms={self.request_timeout_ms}: the broker does "
-                f"not read; disconnecting")
-            for _, future in self._unflushed:
-                if not future.done():
-                    future.set_exception(error)
-            self._unflushed.clear()
-            self._fail(KafkaConnectionError(
-                f"{self._name}: disconnected after a request timed out"))
-            return
-        expired = [p for p in self._pending if p.deadline <= now]
-        if expired:
-            self.timeouts += 1
-            first = expired[0]
-            error = RequestTimeoutError(
-                f"{self._name}: {first.api_name} request (correlation id "
-                f"{first.correlation_id}) got no response within request.timeout.ms="
-                f"{round((first.deadline - first.sent_at) * 1000)}; disconnecting")
-            for p in expired:
-                if not p.future.done():
-                    p.future.set_exception(error)
-            self._fail(KafkaConnectionError(
-                f"{self._name}: disconnected after a request timed out"))
-            return
-        deadlines = [p.deadline for p in self._pending]
-        if self._unflushed:
-            deadlines.append(self._unflushed[0][0])
-        self._arm_timer(min(deadlines))
-
     # ---- closing ---------------------------------------------------------------------------
 
     def transport_made(self, transport: asyncio.Transport) -> None:
@@ -490,18 +397,7 @@ class BrokerConnection:
                                                         AuthenticationError)) \
                 else logging.WARNING
             log.log(level, "%s: closing: %s (%d in flight)", self._name, cause, len(self._pending))
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-            self._timer_deadline = float("inf")
-        pending, self._pending = self._pending, deque()
-        for p in pending:
-            if not p.future.done():
-                p.future.set_exception(cause)
-        unflushed, self._unflushed = self._unflushed, deque()
-        for _, future in unflushed:
-            if not future.done():
-                future.set_exception(cause)
+        self._fail_in_flight(cause)
         self.session.close(cause)
         if self._transport is not None:
             self._transport.abort()
