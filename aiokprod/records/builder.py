@@ -8,29 +8,22 @@ into a temporary bytearray (~120 ns) and ``memoryview`` slice assignment costs ~
 on CPython 3.11). The memory bound is the buffer pool's byte count, which the
 write limit keeps us under, not the physical preallocation.
 
-One function encodes a record: ``_append_record``, bound once at import to the native
+One function encodes a record: ``_append_record`` (``record_encoding``, which also holds the
+record layout below and the headers' encoding), bound once at import to the native
 ``aiokprod._native._speedups.append_record`` or to its pure-Python twin ``_append_record_py``
 (one ``bytes.join`` of table-looked-up varints and the caller's key and value: one copy of the
 payload). ``try_append`` and ``append_many`` both call it; the record is appended and truncated
 away again if it passed the limit: checking after the write is one comparison, the rollback
 happens once per batch, and a refused append leaves the batch's bytes as they were.
-
-Record layout (Kafka's DefaultRecord, magic 2; the batch header is in _layout.py):
-
-    record: length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
-            keyLength varint | key | valueLength varint | value | headerCount varint |
-            headers (keyLength varint | key utf-8 | valueLength varint | value)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 from crc32c import crc32c
-
-from aiokprod import _native
 
 from ._layout import (
     ATTR_CONTROL,
@@ -42,7 +35,6 @@ from ._layout import (
     HEADER_SIZE,
     MAGIC,
 )
-from ._varint import ZIGZAG_TABLE, encode_varint
 from .compression import (
     COMPRESSION_RATE_ESTIMATION_FACTOR,
     CompressionRatioEstimator,
@@ -50,127 +42,16 @@ from .compression import (
     get_codec,
     validate_level,
 )
+from .record_encoding import (  # re-exported: the names this module always had
+    Headers,
+    _append_record,
+    _append_record_py,  # noqa: F401 - the twin, which tests reach through this module
+    encode_headers,
+)
 
 __all__ = ["Headers", "RecordBatchBuilder", "encode_headers"]
 
 _PLACEHOLDER = bytes(HEADER_SIZE)
-
-Headers = Sequence[tuple[str, bytes | None]]
-
-# zigzag(-1): the length of a null key, value or header value.
-_NULL = b"\x01"
-# Record attributes are unused in v2 and always 0; a headers section with no headers is count 0.
-_ZERO = b"\x00"
-_ZZ = ZIGZAG_TABLE
-_TABLE_SIZE = len(ZIGZAG_TABLE)
-
-
-class _AnyVarint:
-    """Indexed like the table, for any value: what ``_append_record_py`` encodes with when a
-    value is outside the table (a negative or large delta, a record past 8 KiB)."""
-
-    __slots__ = ()
-
-    def __getitem__(self, value: int) -> bytes:
-        return encode_varint(value)
-
-
-_ANY_VARINT = cast("list[bytes]", _AnyVarint())
-
-# Header keys repeat across records (trace ids, content types), so their encoded form is cached;
-# the cache is cleared rather than grown past this many keys so odd workloads cannot bloat it.
-_HEADER_KEY_CACHE: dict[str, bytes] = {}
-_HEADER_KEY_CACHE_MAX = 1024
-
-
-def _header_key(name: str) -> bytes:
-    encoded = _HEADER_KEY_CACHE.get(name)
-    if encoded is None:
-        if not isinstance(name, str):
-            raise TypeError(f"header key must be str, got {type(name).__name__}")
-        raw = name.encode("utf-8")
-        encoded = encode_varint(len(raw)) + raw
-        if len(_HEADER_KEY_CACHE) >= _HEADER_KEY_CACHE_MAX:
-            _HEADER_KEY_CACHE.clear()
-        _HEADER_KEY_CACHE[name] = encoded
-    return encoded
-
-
-def encode_headers(headers: Headers) -> bytes:
-    """Encode a record's header section (count and entries)."""
-    if len(headers) == 1:
-        # One header (a trace id, a content type) is the common case: no list, one join.
-        name, header_value = headers[0]
-        encoded_key = _HEADER_KEY_CACHE.get(name) or _header_key(name)
-        if header_value is None:
-            return b"".join((b"\x02", encoded_key, _NULL))
-        length = len(header_value)
-        return b"".join(
-            (
-                b"\x02",
-                encoded_key,
-                _ZZ[length] if length < _TABLE_SIZE else encode_varint(length),
-                header_value,
-            )
-        )
-    count = len(headers)
-    parts = [_ZZ[count] if count < _TABLE_SIZE else encode_varint(count)]
-    for name, header_value in headers:
-        parts.append(_HEADER_KEY_CACHE.get(name) or _header_key(name))
-        if header_value is None:
-            parts.append(_NULL)
-        else:
-            length = len(header_value)
-            parts.append(_ZZ[length] if length < _TABLE_SIZE else encode_varint(length))
-            parts.append(header_value)
-    return b"".join(parts)
-
-
-def _append_record_py(
-    buf: bytearray,
-    timestamp_delta: int,
-    offset_delta: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: bytes | None,
-    zz: list[bytes] = _ZZ,
-) -> int:
-    """One record, length prefix included, appended to ``buf``; returns its size. The twin of
-    ``aiokprod._native._speedups.append_record`` (``headers``: the encoded section or None).
-
-    Varints come from the table ``zz``; a value outside it raises ``IndexError`` before anything
-    is written, and the record is encoded again with ``_AnyVarint`` (same layout, any value).
-    """
-    if timestamp_delta < 0:
-        zz = _ANY_VARINT  # a negative index would wrap around the table
-    try:
-        body = b"".join((
-            _ZERO,  # attributes: unused in v2
-            zz[timestamp_delta],
-            zz[offset_delta],
-            _NULL if key is None else zz[len(key)],
-            b"" if key is None else key,
-            _NULL if value is None else zz[len(value)],
-            b"" if value is None else value,
-            _ZERO if headers is None else headers,
-        ))
-        size = len(body)
-        prefix = zz[size]
-    except IndexError:
-        if zz is _ANY_VARINT:
-            raise
-        return _append_record_py(buf, timestamp_delta, offset_delta, key, value, headers,
-                                 _ANY_VARINT)
-    buf += prefix
-    buf += body
-    return size + len(prefix)
-
-
-# The one record encoder, chosen once: the native one when the extension is in use.
-_append_record: Callable[
-    [bytearray, int, int, bytes | None, bytes | None, bytes | None], int
-] = _append_record_py if _native.speedups is None else _native.speedups.append_record
-
 
 class _Sealed:
     """Stands in for a sealed builder's buffer on the append path.
