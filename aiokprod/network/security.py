@@ -10,7 +10,7 @@ TCP) and ``SASL_SSL`` (SASL over TLS). TLS is asyncio's own (an ``ssl.SSLContext
    two for SCRAM) until the mechanism is done. From v1 the last answer carries
    ``session_lifetime_ms``: the broker closes the connection when the session expires unless the
    client authenticates again on the same connection first (KIP-368), which
-   ``BrokerConnection`` schedules with ``reauthentication_delay``.
+   the connection's ``Session`` (session.py) schedules with ``reauthentication_delay``.
 
 Mechanisms are small classes with no I/O, so they are tested without a broker; SCRAM's messages
 and the check of the server's signature come from ``scramp``. Secrets never reach a message, a
@@ -404,7 +404,7 @@ def reauthentication_delay(session_lifetime_ms: int, *, rng: random.Random | Non
 
 
 class SaslRequester(Protocol):
-    """How ``authenticate`` sends (``BrokerConnection._request_now``: past the hold that
+    """How ``authenticate`` sends (``Session._request_now``: past the hold that
     re-authentication puts on every other request), typed per SASL request."""
 
     @overload
