@@ -21,6 +21,7 @@ from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.murmur2 import KeyGroups, group_keys
 from aiokprod.producer.send_path import BYTES_LIKE, Headers, SendPath, check_headers
 from aiokprod.producer.validation import validate_topic
+from aiokprod.records.record_encoding import longest_bytes
 
 __all__ = ["SendMany"]
 
@@ -188,6 +189,8 @@ class SendMany(SendPath):
         """The items as bytes or None; ``owned``: ``items`` is a list of our own, which may be
         changed in place rather than copied."""
         data = items if owned and type(items) is list else list(items)
+        if serializer is None and longest_bytes(data) >= 0:
+            return data  # all bytes or None already: one scan, in C on the native path
         if serializer is not None:
             try:
                 data = [serializer(x) for x in data]
@@ -205,9 +208,10 @@ class SendMany(SendPath):
 
     def _check_bulk_sizes(self, vals: list[bytes | None], keys: list[bytes | None] | None,
                           headers: list[tuple[str, bytes | None]] | None) -> None:
-        longest = max((len(v) for v in vals if v is not None), default=0)
+        # both lists hold only bytes or None here (_bulk_bytes): one scan each
+        longest = longest_bytes(vals)
         if keys is not None:
-            longest += max((len(k) for k in keys if k is not None), default=0)
+            longest += longest_bytes(keys)
         if longest <= self._max_record_fast and not headers:
             return
         for i, v in enumerate(vals):

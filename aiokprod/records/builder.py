@@ -48,6 +48,7 @@ from .record_encoding import (  # re-exported: the names this module always had
     _append_record_py,  # noqa: F401 - the twin, which tests reach through this module
     encode_headers,
 )
+from .record_encoding import append_values as _append_values
 
 __all__ = ["Headers", "RecordBatchBuilder", "encode_headers"]
 
@@ -246,16 +247,13 @@ class RecordBatchBuilder:
         limit = self._limit
         first = count = self.record_count
         largest = self.max_record_size
-        if keys is None and headers is None:
-            for index in range(start, total):
-                size = append(buf, delta, count, None, values[index], None)
-                if mark + size > limit and count:
-                    del buf[mark:]
-                    break
-                mark += size
-                count += 1
-                if size > largest:  # noqa: PLR1730
-                    largest = size
+        if headers is None and type(values) is list and (keys is None or type(keys) is list):
+            # the common run (lists, no headers) in one call: in C on the native path
+            taken, run_largest = _append_values(buf, delta, count, keys, values, start, total,
+                                                limit)
+            count += taken
+            if run_largest > largest:  # noqa: PLR1730
+                largest = run_largest
         else:
             for index in range(start, total):
                 record_headers = None if headers is None else headers[index]

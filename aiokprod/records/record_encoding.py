@@ -14,13 +14,13 @@ Record layout (Kafka's DefaultRecord, magic 2; the batch header is in _layout.py
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from aiokprod import _native
 
 from ._varint import ZIGZAG_TABLE, encode_varint
 
-__all__ = ["Headers", "encode_headers"]
+__all__ = ["Headers", "append_values", "encode_headers", "longest_bytes"]
 
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -137,3 +137,52 @@ def _append_record_py(
 _append_record: Callable[
     [bytearray, int, int, bytes | None, bytes | None, bytes | None], int
 ] = _append_record_py if _native.speedups is None else _native.speedups.append_record
+
+
+def longest_bytes_py(items: list[Any]) -> int:
+    """The length of the longest item when every item is ``bytes`` or None (None counts 0);
+    -1 as soon as one is anything else. The twin of ``_speedups.longest_bytes``: send_many's
+    check of a whole list in one call instead of a Python loop."""
+    longest = 0
+    for item in items:
+        if type(item) is bytes:
+            if len(item) > longest:  # noqa: PLR1730 - no max() call per item
+                longest = len(item)
+        elif item is not None:
+            return -1
+    return longest
+
+
+def append_values_py(buf: bytearray, delta: int, count: int, keys: list[bytes | None] | None,
+                     values: list[bytes | None], start: int, stop: int, limit: int
+                     ) -> tuple[int, int]:
+    """``values[start:stop]`` (with ``keys``' items, or no keys) appended as records sharing
+    one timestamp delta, numbered from ``count``, until one would pass ``limit`` (a record
+    always goes into an empty batch). Returns ``(records taken, largest record's size)``.
+    The twin of ``_speedups.append_values``, the loop of ``RecordBatchBuilder.append_many``."""
+    if keys is not None and len(keys) < stop:
+        raise ValueError(f"{len(keys)} keys for a run up to {stop}")
+    if len(values) < stop or start < 0 or start > stop:
+        raise ValueError(f"run {start}..{stop} outside the {len(values)} values")
+    append = _append_record
+    mark = len(buf)
+    first = count
+    largest = 0
+    for index in range(start, stop):
+        size = append(buf, delta, count, None if keys is None else keys[index], values[index],
+                      None)
+        if mark + size > limit and count:
+            del buf[mark:]
+            break
+        mark += size
+        count += 1
+        if size > largest:  # noqa: PLR1730
+            largest = size
+    return count - first, largest
+
+
+longest_bytes: Callable[[list[Any]], int] = (
+    longest_bytes_py if _native.speedups is None else _native.speedups.longest_bytes)
+append_values: Callable[[bytearray, int, int, list[bytes | None] | None, list[bytes | None],
+                         int, int, int], tuple[int, int]] = (
+    append_values_py if _native.speedups is None else _native.speedups.append_values)

@@ -25,7 +25,7 @@ from aiokprod.producer import batch as batch_module
 from aiokprod.producer import murmur2 as murmur2_module
 from aiokprod.producer import partitioner
 from aiokprod.producer.record_metadata import RecordMetadata
-from aiokprod.records import builder
+from aiokprod.records import builder, record_encoding
 
 DISABLED = os.environ.get("AIOKPROD_NO_EXTENSIONS", "") not in ("", "0")
 native = _native.speedups
@@ -44,6 +44,8 @@ def test_the_extension_is_used_unless_disabled() -> None:
         assert batch_module._complete_deliveries is batch_module._complete_deliveries_py
         assert batch_module.append_open is batch_module.append_open_py
         assert murmur2_module.group_keys is murmur2_module.group_keys_py
+        assert record_encoding.append_values is record_encoding.append_values_py
+        assert record_encoding.longest_bytes is record_encoding.longest_bytes_py
         return
     compiler = sysconfig.get_config_var("CC") or "cc"
     if shutil.which(compiler.split()[0]) is None:
@@ -54,6 +56,8 @@ def test_the_extension_is_used_unless_disabled() -> None:
     assert builder._append_record is native.append_record  # type: ignore[union-attr]
     assert batch_module.append_open is native.append_open  # type: ignore[union-attr]
     assert murmur2_module.group_keys is native.group_keys  # type: ignore[union-attr]
+    assert record_encoding.append_values is native.append_values  # type: ignore[union-attr]
+    assert record_encoding.longest_bytes is native.longest_bytes  # type: ignore[union-attr]
 
 
 @needs_native
@@ -273,3 +277,44 @@ def test_key_grouping_refuses_what_python_refuses() -> None:
         with pytest.raises(ValueError, match="1 keys for 2 values"):
             twin([b"k"], [b"v", b"w"], 3)
         assert twin([b"k", bytearray(b"k")], [b"v", b"w"], 3) is None  # type: ignore[list-item]
+
+
+ITEMS = st.lists(st.none() | st.binary(max_size=40) | st.sampled_from(
+    [bytearray(b"ba"), "str", 7]), max_size=30)
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(items=ITEMS)
+def test_longest_bytes_twins_agree(items: list[object]) -> None:
+    assert native is not None
+    expected = record_encoding.longest_bytes_py(items)
+    assert native.longest_bytes(items) == expected
+    if all(i is None or type(i) is bytes for i in items):
+        assert expected == max((len(i) for i in items if isinstance(i, bytes)), default=0)
+    else:
+        assert expected == -1
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(BYTES_OR_NONE, min_size=1, max_size=30), keyed=st.booleans(),
+       prefix=st.integers(0, 3), start=st.integers(0, 5), limit=st.integers(61, 1500),
+       delta=st.integers(0, 2**40))
+def test_run_append_twins_agree(values: list[bytes | None], keyed: bool, prefix: int,
+                                start: int, limit: int, delta: int) -> None:
+    """send_many's append loop: the same records taken, bytes and largest size, whether the
+    run fits, stops at the limit, or starts in an empty batch (which takes one record)."""
+    assert native is not None
+    keys: list[bytes | None] | None = [b"k%d" % i for i in range(len(values))] if keyed else None
+    start = min(start, len(values))
+    ours, theirs = bytearray(b"h" * 61), bytearray(b"h" * 61)
+    for buf in (ours, theirs):  # ``prefix`` records already in the batch
+        for i in range(prefix):
+            builder._append_record_py(buf, 0, i, None, b"p", None)
+    got = native.append_values(ours, delta, prefix, keys, values, start, len(values), limit)
+    assert got == record_encoding.append_values_py(theirs, delta, prefix, keys, values, start,
+                                                   len(values), limit)
+    assert ours == theirs
+    if prefix == 0 and start < len(values):
+        assert got[0] >= 1  # an empty batch takes its first record whatever its size
