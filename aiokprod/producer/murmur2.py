@@ -15,7 +15,7 @@ from typing import cast
 
 from aiokprod import _native
 
-__all__ = ["group_keys", "murmur2", "partition_for_key", "to_positive"]
+__all__ = ["group_keys", "groups_in_runs", "murmur2", "partition_for_key", "to_positive"]
 
 _MASK32 = 0xFFFFFFFF
 _M = 0x5BD1E995
@@ -100,6 +100,14 @@ def group_keys_py(keys: list[bytes | None], values: list[bytes | None], num_part
     by_partition: dict[int, list[int]] = {}
     for i, key in enumerate(cast("list[bytes]", keys)):
         by_partition.setdefault((_murmur2_u32(key) & 0x7FFFFFFF) % num_partitions, []).append(i)
+    return groups_in_runs(by_partition, keys, values)
+
+
+def groups_in_runs(by_partition: dict[int, list[int]], keys: list[bytes | None],
+                   values: list[bytes | None]) -> KeyGroups:
+    """``group_keys``'s answer from the record indices of each partition (in the order the
+    partitions first appeared): also what send_many builds when a custom partitioner, or a
+    None key, has it ask the partitioner per record."""
     order = [i for indices in by_partition.values() for i in indices]
     runs = []
     pos = 0

@@ -18,7 +18,7 @@ from aiokprod.hooks import Serializer
 from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.accumulator import estimate_record_size
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
-from aiokprod.producer.murmur2 import KeyGroups, group_keys
+from aiokprod.producer.murmur2 import KeyGroups, group_keys, groups_in_runs
 from aiokprod.producer.send_path import BYTES_LIKE, Headers, SendPath, check_headers
 from aiokprod.producer.validation import validate_topic
 from aiokprod.records.record_encoding import longest_bytes
@@ -176,13 +176,7 @@ class SendMany(SendPath):
         by_partition: dict[int, list[int]] = {}
         for i, (k, v) in enumerate(zip(ks, vals, strict=True)):
             by_partition.setdefault(choose(topic, k, v, ids, available), []).append(i)
-        order = [i for indices in by_partition.values() for i in indices]
-        runs = []
-        pos = 0
-        for p, indices in by_partition.items():
-            runs.append((p, pos, pos + len(indices)))
-            pos += len(indices)
-        return order, runs, [ks[i] for i in order], [vals[i] for i in order]
+        return groups_in_runs(by_partition, ks, vals)
 
     def _bulk_bytes(self, topic: str, items: Iterable[Any], serializer: Serializer | None,
                     what: str, *, owned: bool = False) -> list[bytes | None]:

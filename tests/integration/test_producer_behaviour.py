@@ -26,6 +26,7 @@ from aiokprod.errors import (
     ProducerClosedError,
     RecordTooLargeError,
 )
+from aiokprod.producer.murmur2 import partition_for_key as murmur2_partition
 from aiokprod.producer.sender_turns import SenderTurns
 from aiokprod.records import RecordBatchBuilder
 from support.reader import read_back
@@ -397,6 +398,36 @@ async def test_send_many_resolves_to_metadata_in_input_order(
     by_position = {(r.partition, r.offset): r for r in records}
     assert [by_position[(m.partition, m.offset)].value for m in metas] == values
     assert [by_position[(m.partition, m.offset)].key for m in metas] == keys
+
+
+async def test_send_many_asks_the_partitioner_per_record_for_a_none_key_or_a_custom_one(
+    tansu: TansuBroker, new_topic: Callable[..., str]
+) -> None:
+    """The one-pass grouping of keys (native or its twin) applies only to the built-in rule
+    with every key bytes: a None key among them, or a custom partitioner, takes the per-record
+    path, and the records still land where the partitioner says, answered in input order."""
+    topic = new_topic(partitions=3)
+    values = [f"m{i}".encode() for i in range(30)]
+    keys: list[bytes | None] = [f"k{i % 5}".encode() for i in range(30)]
+    keys[7] = None
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5) as producer:
+        mixed = list(await asyncio.wait_for(await producer.send_many(topic, values, keys), 10))
+    assert all(m.partition == murmur2_partition(k, 3) for m, k in zip(mixed, keys, strict=True)
+               if k is not None)
+    assert mixed[7].partition in range(3)
+
+    def last_byte(key: bytes | None, partitions: Sequence[int]) -> int:
+        return (key or b"\x00")[-1] % len(partitions)
+
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5,
+                        partitioner=lambda _t, key, parts, _avail: last_byte(key, parts)
+                        ) as producer:
+        custom = list(await asyncio.wait_for(await producer.send_many(topic, values, keys), 10))
+    assert [m.partition for m in custom] == [last_byte(k, range(3)) for k in keys]
+    records = read_back(tansu.bootstrap, topic, expected=60)
+    by_position = {(r.partition, r.offset): r for r in records}
+    for metas in (mixed, custom):
+        assert [by_position[(m.partition, m.offset)].value for m in metas] == values
 
 
 # ------------------------------------------------------------------------------------ lifecycle
