@@ -13,7 +13,6 @@ import contextlib
 import gc
 import math
 import os
-import signal
 import socket
 import time
 import tracemalloc
@@ -27,6 +26,7 @@ from aiokprod.errors import BufferExhaustedError, KafkaTimeoutError
 from aiokprod.network.metadata import TopicPartition
 from aiokprod.protocol import MetadataRequest, MetadataResponse
 from aiokprod.records.compression import CompressionType
+from support.processes import frozen
 from support.reader import read_back
 from support.scripted_broker import ScriptedBroker, ScriptedRequest
 
@@ -95,11 +95,8 @@ def syn_dropping_port() -> Iterator[int]:
 def stalled(broker: TansuBroker) -> Iterator[None]:
     """Freeze the broker process: connections stay open, nothing is read or answered."""
     assert broker.pid is not None
-    os.kill(broker.pid, signal.SIGSTOP)
-    try:
+    with frozen(broker.pid):
         yield
-    finally:
-        os.kill(broker.pid, signal.SIGCONT)
 
 
 def rss_bytes() -> int:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +15,7 @@ from aiokprod import Producer, RecordMetadata
 from aiokprod.devbroker import TansuBroker
 from aiokprod.errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from support.mock_cluster import MockCluster
+from support.processes import frozen
 from support.reader import read_back
 
 PRODUCE = 0
@@ -30,11 +29,8 @@ LEADER_NOT_AVAILABLE = 5
 def stalled(broker: TansuBroker) -> Iterator[None]:
     """Freeze the broker process: connections stay open, nothing is answered."""
     assert broker.pid is not None
-    os.kill(broker.pid, signal.SIGSTOP)
-    try:
+    with frozen(broker.pid):
         yield
-    finally:
-        os.kill(broker.pid, signal.SIGCONT)
 
 
 async def test_close_with_timeout_returns_against_stalled_broker(
@@ -54,8 +50,9 @@ async def test_close_with_timeout_returns_against_stalled_broker(
         assert elapsed < 3.0, elapsed
         for fut in pending:
             assert fut.done()
-            with pytest.raises(ProducerClosedError):
-                fut.result()
+            error = fut.exception()
+            # a result here would be a record the stopped broker acknowledged: show it
+            assert isinstance(error, ProducerClosedError), (error, error or fut.result())
 
 
 async def test_buffer_exhaustion_blocks_then_raises_and_memory_stays_bounded(

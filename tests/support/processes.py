@@ -7,11 +7,15 @@ test that leaked it instead of slowing or confusing a later one.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ChildProcess", "child_processes", "pid_alive"]
+__all__ = ["ChildProcess", "child_processes", "frozen", "pid_alive"]
 
 _PROC = Path("/proc")
 
@@ -57,3 +61,39 @@ def pid_alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie (a zombie has exited but is unreaped)."""
     stat = _stat(pid)
     return stat is not None and stat[0] != "Z"
+
+
+def _threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is stopped ("T") or gone."""
+    try:
+        tasks = list((_PROC / str(pid) / "task").iterdir())
+    except FileNotFoundError:
+        return True
+    for task in tasks:
+        try:
+            raw = (task / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if raw[raw.rfind(")") + 2:].split()[0] not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def frozen(pid: int, timeout: float = 10.0) -> Iterator[None]:
+    """SIGSTOP ``pid`` and yield only once every one of its threads has stopped; SIGCONT after.
+
+    ``kill`` returns before a multi-threaded process has stopped: each thread stops on its way
+    back to user space. A test that acts at once and expects no answer can otherwise race a
+    thread still running (a loaded CI machine lost one such race).
+    """
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _threads_stopped(pid):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
+            time.sleep(0.001)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
