@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import pytest
 
 from aiokprod.devbroker import TansuBroker
 from support.example_venv import CleanPython, example_install, prepare
+from support.processes import frozen
 from support.reader import read_back
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -157,13 +157,10 @@ def test_fastapi_example_serves_from_a_clean_venv_and_bounds_a_stalled_request(
         metrics = client.get("/metrics")
         assert metrics.status_code == 200
         assert "kafka_producer_record_send_total" in metrics.text
-        os.kill(broker.pid, signal.SIGSTOP)
-        try:
+        with frozen(broker.pid):
             started = time.monotonic()
             stalled = client.post("/events/events", content=b"stalled")
             took = time.monotonic() - started
-        finally:
-            os.kill(broker.pid, signal.SIGCONT)
         assert stalled.status_code == 503, stalled.text
         assert stalled.headers.get("Retry-After") == "1"
         assert took < 5.0 + 2.0, took

@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.processes import frozen
 from support.reader import read_back
 
 pytest.importorskip("fastapi")
@@ -204,8 +205,7 @@ async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         response = await client.post(f"/events/{topic}", content=b"before")
         assert response.status_code == 200, response.text
-        os.kill(broker_pid, signal.SIGSTOP)
-        try:
+        with frozen(broker_pid):
             async def timed_post(i: int) -> tuple[httpx.Response, float]:
                 t0 = time.monotonic()
                 r = await client.post(f"/events/{topic}", content=f"stalled{i}".encode())
@@ -222,8 +222,6 @@ async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
                 states.add(h.json()["state"])
                 await asyncio.sleep(0.05)
             results = await posts
-        finally:
-            os.kill(broker_pid, signal.SIGCONT)
         # delivery.timeout.ms=1500 bounds each request (plus scheduling slack on 2 cores)
         for r, took in results:
             assert r.status_code == 503, r.text
