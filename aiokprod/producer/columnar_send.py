@@ -19,10 +19,10 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any, cast, overload
 
-from aiokprod.errors import KafkaError, RecordTooLargeError
+from aiokprod.errors import RecordTooLargeError
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.record_metadata import RecordMetadata
-from aiokprod.producer.send_path import SendPath
+from aiokprod.producer.send_path import BulkProgress, SendPath
 from aiokprod.producer.validation import validate_topic
 from aiokprod.records.columnar import BinaryColumn, ColumnarRows, HeaderColumn
 
@@ -120,8 +120,8 @@ class SendColumns(SendPath):
         (``headers``).
         """
         acc, _sender = self._sending_parts()
-        pool, cluster, config = self._pool, self._cluster, self._config
-        assert pool is not None and cluster is not None
+        cluster, config = self._cluster, self._config
+        assert cluster is not None
         if topic not in cluster.view.topics:
             validate_topic(topic)
         if self._interceptors:
@@ -170,37 +170,10 @@ class SendColumns(SendPath):
         bulk = delivery(future, topic, rows, key_view, -1 if timestamps_ms is not None else stamp,
                         # position → row; an int64 array reads like the list send_many keeps
                         None if rows.order is None else cast("list[int]", rows.order))
-        queued = 0
-        partitioner = self._partitioner
-        try:
-            for run_partition, run_start, run_stop in runs:
-                i = run_start
-                while i < run_stop:
-                    p = run_partition if run_partition is not None else partitioner.partition(
-                        topic, None, None, meta.partition_ids, meta.available_partitions)
-                    taken, added = acc.try_append_many(topic, p, stamp, rows, None, None, i,
-                                                       run_stop, bulk)
-                    if not taken:
-                        size = acc.bulk_allocation_size(None, bytes(rows.record_size(i)), None)
-                        buffer = pool.try_allocate(size)
-                        if buffer is None:
-                            buffer = await self._allocate_waiting(size, start)
-                        taken, added = acc.append_many_with_buffer(
-                            topic, p, rows.timestamp_of(rows.row(i)), rows, None, None, i,
-                            run_stop, bulk, buffer, size)
-                    if run_partition is None:
-                        partitioner.on_append(topic, p, added)
-                    i += taken
-                    queued += taken
-        except BaseException as exc:
-            bulk.pending -= length - queued  # what was queued still completes; the call fails now
-            if isinstance(exc, KafkaError) and queued:
-                error = type(exc)(f"send_columns: {queued} of {length} records were queued (they "
-                                  f"will still be delivered) before: {exc}")
-                bulk.fail(error)
-                raise error from exc
-            bulk.fail(exc)
-            raise
+        await self._append_runs(
+            "send_columns", topic, meta, runs, bulk, rows, None, None, stamp,
+            lambda i: acc.bulk_allocation_size(None, bytes(rows.record_size(i)), None),
+            lambda i: rows.timestamp_of(rows.row(i)), start, BulkProgress())
         return future
 
 

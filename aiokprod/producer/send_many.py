@@ -19,20 +19,17 @@ from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.accumulator import estimate_record_size
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.producer.murmur2 import KeyGroups, group_keys, groups_in_runs
-from aiokprod.producer.send_path import BYTES_LIKE, Headers, SendPath, check_headers
+from aiokprod.producer.send_path import (
+    BYTES_LIKE,
+    BulkProgress,
+    Headers,
+    SendPath,
+    check_headers,
+)
 from aiokprod.producer.validation import validate_topic
 from aiokprod.records.record_encoding import longest_bytes
 
 __all__ = ["SendMany"]
-
-
-class _Progress:
-    """How many records of a ``send_many`` call are queued, for what its error counts."""
-
-    __slots__ = ("queued",)
-
-    def __init__(self) -> None:
-        self.queued = 0
 
 
 class SendMany(SendPath):
@@ -66,7 +63,7 @@ class SendMany(SendPath):
         ``send()`` counts for its one record, Kafka errors, not bad input.
         """
         items = list(values)
-        progress = _Progress()
+        progress = BulkProgress()
         try:
             return await self._queue_many(topic, items, keys, partition, timestamp_ms, headers,
                                           progress)
@@ -76,13 +73,11 @@ class SendMany(SendPath):
 
     async def _queue_many(self, topic: str, values: list[Any], keys: Iterable[Any] | None,
                           partition: int | None, timestamp_ms: int | None,
-                          headers: Headers | None, progress: _Progress
+                          headers: Headers | None, progress: BulkProgress
                           ) -> asyncio.Future[SendManyResult]:
         """``send_many``'s work; ``progress.queued`` says how many records it queued before
         anything it raises."""
         acc, _sender = self._sending_parts()
-        pool = self._pool
-        assert pool is not None  # set with the accumulator
         cluster = self._cluster
         assert cluster is not None
         if topic not in cluster.view.topics:
@@ -130,42 +125,12 @@ class SendMany(SendPath):
             runs = [*partition_runs]
         hdrs = None if record_headers is None else [record_headers] * n
         bulk = BulkDelivery(future, topic, vals, ks, timestamp_ms, order)
-        queued = 0
-        try:
-            for run_partition, run_start, run_stop in runs:
-                i = run_start
-                while i < run_stop:
-                    if run_partition is not None:
-                        p = run_partition
-                    else:
-                        p = self._partitioner.partition(topic, None, None, meta.partition_ids,
-                                                        meta.available_partitions)
-                    taken, added = acc.try_append_many(topic, p, timestamp_ms, ordered_vals,
-                                                       ordered_keys, hdrs, i, run_stop, bulk)
-                    if not taken:
-                        size = acc.bulk_allocation_size(
-                            None if ordered_keys is None else ordered_keys[i], ordered_vals[i],
-                            record_headers)
-                        buffer = pool.try_allocate(size)
-                        if buffer is None:
-                            buffer = await self._allocate_waiting(size, start)
-                        taken, added = acc.append_many_with_buffer(
-                            topic, p, timestamp_ms, ordered_vals, ordered_keys, hdrs, i,
-                            run_stop, bulk, buffer, size)
-                    if run_partition is None:
-                        self._partitioner.on_append(topic, p, added)
-                    i += taken
-                    queued += taken
-                    progress.queued = queued
-        except BaseException as exc:
-            bulk.pending -= n - queued  # what was queued still completes; the call fails now
-            if isinstance(exc, KafkaError) and queued:
-                error = type(exc)(f"send_many: {queued} of {n} records were queued (they will "
-                                  f"still be delivered) before: {exc}")
-                bulk.fail(error)
-                raise error from exc
-            bulk.fail(exc)
-            raise
+        await self._append_runs(
+            "send_many", topic, meta, runs, bulk, ordered_vals, ordered_keys, hdrs, timestamp_ms,
+            lambda i: acc.bulk_allocation_size(
+                None if ordered_keys is None else ordered_keys[i], ordered_vals[i],
+                record_headers),
+            lambda _i: timestamp_ms, start, progress)
         return future
 
     def _group_by_partitioner(self, topic: str, ks: list[bytes | None],

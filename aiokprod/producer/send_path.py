@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +37,14 @@ from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.accumulator import RecordAccumulator, estimate_record_size
 from aiokprod.producer.batch import RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.bulk import BulkDelivery
 from aiokprod.producer.partitioner import BuiltinPartitioner
 from aiokprod.producer.sender import Sender
 from aiokprod.producer.transaction_manager import TransactionManager
 from aiokprod.producer.transactions import TransactionState
 from aiokprod.producer.validation import check_header_key, check_timestamp_ms, validate_topic
 
-__all__ = ["BYTES_LIKE", "Headers", "SendPath", "check_headers"]
+__all__ = ["BYTES_LIKE", "BulkProgress", "Headers", "SendPath", "check_headers"]
 
 _wall_clock = time.time
 
@@ -51,6 +52,15 @@ log = logging.getLogger("aiokprod.producer.producer")  # one logger for the Prod
 
 BYTES_LIKE = (bytes, bytearray, memoryview)
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+class BulkProgress:
+    """How many records of a bulk call are queued, for what its error counts."""
+
+    __slots__ = ("queued",)
+
+    def __init__(self) -> None:
+        self.queued = 0
 
 
 class SendPath:
@@ -220,6 +230,67 @@ class SendPath:
             pool.deallocate(buffer, size)
             raise self._stopped_error("memory")
         return buffer
+
+    async def _append_runs(
+        self,
+        call: str,
+        topic: str,
+        meta: TopicMetadata,
+        runs: Sequence[tuple[int | None, int, int]],
+        bulk: BulkDelivery,
+        values: Any,
+        keys: Sequence[bytes | None] | None,
+        headers: Sequence[Headers | None] | None,
+        timestamp_ms: int,
+        new_batch_size: Callable[[int], int],
+        new_batch_stamp: Callable[[int], int],
+        start: float,
+        progress: BulkProgress,
+    ) -> None:
+        """Queue a bulk call's records (``send_many``, ``send_columns``), run by run.
+
+        Each run is a range of positions for one partition (None: the sticky partitioner's
+        choice, asked again for every batch). Records go into the partition's open batch, then
+        into new ones charged ``new_batch_size(position)`` bytes and stamped
+        ``new_batch_stamp(position)``, waiting for memory within ``max_block_ms`` since
+        ``start``. If anything raises, what was queued is still delivered, and ``bulk`` fails
+        with the error, which then says how many records were queued (``call`` names the
+        method in it); ``progress.queued`` counts them as it goes.
+        """
+        acc, pool, partitioner = self._acc, self._pool, self._partitioner
+        assert acc is not None and pool is not None
+        total = bulk.count
+        queued = 0
+        try:
+            for run_partition, run_start, run_stop in runs:
+                i = run_start
+                while i < run_stop:
+                    p = run_partition if run_partition is not None else partitioner.partition(
+                        topic, None, None, meta.partition_ids, meta.available_partitions)
+                    taken, added = acc.try_append_many(topic, p, timestamp_ms, values, keys,
+                                                       headers, i, run_stop, bulk)
+                    if not taken:
+                        size = new_batch_size(i)
+                        buffer = pool.try_allocate(size)
+                        if buffer is None:
+                            buffer = await self._allocate_waiting(size, start)
+                        taken, added = acc.append_many_with_buffer(
+                            topic, p, new_batch_stamp(i), values, keys, headers, i, run_stop,
+                            bulk, buffer, size)
+                    if run_partition is None:
+                        partitioner.on_append(topic, p, added)
+                    i += taken
+                    queued += taken
+                    progress.queued = queued
+        except BaseException as exc:
+            bulk.pending -= total - queued  # what was queued still completes; the call fails now
+            if isinstance(exc, KafkaError) and queued:
+                error = type(exc)(f"{call}: {queued} of {total} records were queued (they will "
+                                  f"still be delivered) before: {exc}")
+                bulk.fail(error)
+                raise error from exc
+            bulk.fail(exc)
+            raise
 
     async def send_and_wait(
         self,
