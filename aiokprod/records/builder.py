@@ -46,6 +46,7 @@ from .record_encoding import (  # re-exported: the names this module always had
     Headers,
     _append_record,
     _append_record_py,  # noqa: F401 - the twin, which tests reach through this module
+    append_run,
     encode_headers,
 )
 from .record_encoding import append_values as _append_values
@@ -236,43 +237,27 @@ class RecordBatchBuilder:
         if not 0 <= start <= total:
             raise ValueError(f"start {start} outside 0..{total}")
         buf = self._target
-        mark = len(buf)  # raises RuntimeError once sealed, before any state changes
+        len(buf)  # raises RuntimeError once sealed, before any state changes
         if start == total:
             return 0
         base = self.base_timestamp
         if base is None:
             base = self.base_timestamp = timestamp_ms
         delta = timestamp_ms - base
-        append = _append_record
-        limit = self._limit
-        first = count = self.record_count
-        largest = self.max_record_size
+        count = self.record_count
         if headers is None and type(values) is list and (keys is None or type(keys) is list):
             # the common run (lists, no headers) in one call: in C on the native path
-            taken, run_largest = _append_values(buf, delta, count, keys, values, start, total,
-                                                limit)
-            count += taken
-            if run_largest > largest:  # noqa: PLR1730
-                largest = run_largest
+            taken, largest = _append_values(buf, delta, count, keys, values, start, total,
+                                            self._limit)
         else:
-            for index in range(start, total):
-                record_headers = None if headers is None else headers[index]
-                size = append(buf, delta, count, None if keys is None else keys[index],
-                              values[index],
-                              encode_headers(record_headers) if record_headers else None)
-                if mark + size > limit and count:
-                    del buf[mark:]
-                    break
-                mark += size
-                count += 1
-                if size > largest:  # noqa: PLR1730
-                    largest = size
-        taken = count - first
+            taken, largest = append_run(buf, delta, count, keys, values, headers, start, total,
+                                        self._limit)
         if start + taken < total:
             self.full = True  # stopped on the write limit
         if taken:
-            self.record_count = count
-            self.max_record_size = largest
+            self.record_count = count + taken
+            if largest > self.max_record_size:  # noqa: PLR1730
+                self.max_record_size = largest
             if timestamp_ms > self.max_timestamp:  # noqa: PLR1730
                 self.max_timestamp = timestamp_ms
         return taken

@@ -20,7 +20,7 @@ from aiokprod import _native
 
 from ._varint import ZIGZAG_TABLE, encode_varint
 
-__all__ = ["Headers", "append_values", "encode_headers", "longest_bytes"]
+__all__ = ["Headers", "append_run", "append_values", "encode_headers", "longest_bytes"]
 
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -159,18 +159,28 @@ def append_values_py(buf: bytearray, delta: int, count: int, keys: list[bytes | 
     """``values[start:stop]`` (with ``keys``' items, or no keys) appended as records sharing
     one timestamp delta, numbered from ``count``, until one would pass ``limit`` (a record
     always goes into an empty batch). Returns ``(records taken, largest record's size)``.
-    The twin of ``_speedups.append_values``, the loop of ``RecordBatchBuilder.append_many``."""
+    The twin of ``_speedups.append_values``: ``append_run`` without headers."""
     if keys is not None and len(keys) < stop:
         raise ValueError(f"{len(keys)} keys for a run up to {stop}")
     if len(values) < stop or start < 0 or start > stop:
         raise ValueError(f"run {start}..{stop} outside the {len(values)} values")
+    return append_run(buf, delta, count, keys, values, None, start, stop, limit)
+
+
+def append_run(buf: bytearray, delta: int, count: int, keys: Sequence[bytes | None] | None,
+               values: Sequence[bytes | None], headers: Sequence[Headers | None] | None,
+               start: int, stop: int, limit: int) -> tuple[int, int]:
+    """``append_values`` for any sequences, each record with its own headers (or none): the
+    loop of ``RecordBatchBuilder.append_many``, which takes ``append_values`` (native) for
+    lists without headers. Returns ``(records taken, largest record's size)``."""
     append = _append_record
     mark = len(buf)
     first = count
     largest = 0
     for index in range(start, stop):
+        record_headers = None if headers is None else headers[index]
         size = append(buf, delta, count, None if keys is None else keys[index], values[index],
-                      None)
+                      encode_headers(record_headers) if record_headers else None)
         if mark + size > limit and count:
             del buf[mark:]
             break
