@@ -140,8 +140,9 @@ class RecordAccumulator(SenderSide):
 
         The hot path: one dict lookup per level, then for a record without headers one call
         (``batch.append_open``, in C on the native path) that encodes it, updates the builder
-        and makes its future; the general path below handles headers, a new bookkeeping block
-        and a full batch. The sender is woken when a batch fills, not per record.
+        and makes its future (again after charging a new bookkeeping block, if that was what
+        was missing); a record with headers goes through the builder here. A full batch opens
+        a new one. The sender is woken when a batch fills, not per record.
         """
         parts = self._queues.get(topic)
         queue = parts.get(partition) if parts is not None else None
@@ -150,26 +151,28 @@ class RecordAccumulator(SenderSide):
         batches = queue.batches
         if batches:
             last = batches[-1]
+            appended: asyncio.Future[RecordMetadata] | None = None
             if headers is None:
                 appended = _append_open(last, timestamp, key, value, self._create_future)
-                if appended is not None:
-                    self._queued_records += 1
-                    if last.builder.full:
-                        self._wakeup()  # R1: a full batch is sendable now (Java: batchIsFull)
-                    return appended
-            if last.sealed is None and (
+                if appended is None and last.sealed is None and \
+                        len(last.deliveries) >= last.covered_slots and self._cover(last):
+                    # its bookkeeping was used up: with another block charged it may take it
+                    # (refused for lack of room, it is not encoded a second time)
+                    appended = _append_open(last, timestamp, key, value, self._create_future)
+            elif last.sealed is None and (
                     len(last.deliveries) < last.covered_slots or self._cover(last)) and \
                     last.builder.try_append(timestamp, key, value, headers):
-                future: asyncio.Future[RecordMetadata] = self._loop.create_future()
+                appended = self._create_future()
                 builder = last.builder
-                last.deliveries.extend((future, builder.record_count - 1,
+                last.deliveries.extend((appended, builder.record_count - 1,
                                         timestamp - last.ts_base,
                                         -1 if key is None else len(key),
                                         -1 if value is None else len(value)))
+            if appended is not None:
                 self._queued_records += 1
-                if builder.full:
+                if last.builder.full:
                     self._wakeup()  # R1: a full batch is sendable now (Java: batchIsFull)
-                return future
+                return appended
         if batches and batches[-1].sealed is None and not batches[-1].builder.full and \
                 len(batches[-1].deliveries) >= batches[-1].covered_slots:
             return None  # the open batch has room but no bookkeeping block: wait for memory
