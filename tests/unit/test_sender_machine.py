@@ -90,6 +90,10 @@ class SenderMachine(RuleBasedStateMachine):
         self.cluster = Cluster(f"127.0.0.1:{PORT}", client_id="machine",
                                request_timeout_ms=3_600_000, reconnect_backoff_ms=0,
                                reconnect_backoff_max_ms=0, dial_stagger_ms=0,
+                               # metadata retries wait on the loop's real clock, which the
+                               # machine never advances: any backoff there would stall a
+                               # NOT_LEADER answer's refresh for as long as turns take
+                               retry_backoff_ms=0,
                                metadata_max_age_ms=3_600_000,
                                connector=self.net.connect)
         self.cluster.start(spawn)
