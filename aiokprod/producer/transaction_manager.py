@@ -74,7 +74,6 @@ _PRODUCE_V2_MAX = 14
 MAX_TRANSACTION_VERSION = 2
 _TRANSACTION_VERSION_FEATURE = "transaction.version"
 
-_C = ErrorCode
 # this producer can do nothing more (Java: transitionToFatalError)
 _FENCED = FENCED_CODES
 _FATAL = FATAL_INIT_CODES
