@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ChildProcess", "child_processes", "frozen", "pid_alive"]
+__all__ = ["ChildProcess", "child_processes", "frozen", "pid_alive", "stop_all_threads"]
 
 _PROC = Path("/proc")
 
@@ -79,21 +79,26 @@ def _threads_stopped(pid: int) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def frozen(pid: int, timeout: float = 10.0) -> Iterator[None]:
-    """SIGSTOP ``pid`` and yield only once every one of its threads has stopped; SIGCONT after.
+def stop_all_threads(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and return only once every one of its threads has stopped.
 
     ``kill`` returns before a multi-threaded process has stopped: each thread stops on its way
     back to user space. A test that acts at once and expects no answer can otherwise race a
     thread still running (a loaded CI machine lost one such race).
     """
     os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not _threads_stopped(pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
+        time.sleep(0.001)
+
+
+@contextlib.contextmanager
+def frozen(pid: int, timeout: float = 10.0) -> Iterator[None]:
+    """``stop_all_threads(pid)`` for the block; SIGCONT after."""
     try:
-        deadline = time.monotonic() + timeout
-        while not _threads_stopped(pid):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
-            time.sleep(0.001)
+        stop_all_threads(pid, timeout)
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
