@@ -135,7 +135,9 @@ async def test_bump_through_init_producer_id_on_kafka(
         await asyncio.to_thread(cluster.create_topic, topic, 2)
         async with Producer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True,
                             linger_ms=1, batch_size=2048, request_timeout_ms=800,
-                            delivery_timeout_ms=2000, retry_backoff_ms=20,
+                            # room for a pause of a just-started JVM in the healthy phases;
+                            # the swallowed batches expire after it all the same
+                            delivery_timeout_ms=3500, retry_backoff_ms=20,
                             retry_backoff_max_ms=200, reconnect_backoff_ms=20,
                             reconnect_backoff_max_ms=200) as producer:
             before = await asyncio.gather(*await _send(producer, topic, range(0, 1000)))

@@ -164,8 +164,18 @@ async def test_sessions_are_renewed_on_the_same_connection_without_losing_or_reo
     async with Producer(**config, linger_ms=1, max_in_flight_requests_per_connection=5
                         ) as producer:
         futures = []
+
+        def renewed() -> int:
+            assert producer._cluster is not None
+            return sum(link.connection.reauthentications
+                       for link in producer._cluster.pool._links.values()
+                       if link.connection is not None)
+
+        # 3.5 sessions, and on until two renewals (bounded) should a loaded machine slow them
         deadline = time.monotonic() + 3.5 * REAUTH_MS / 1000
-        while time.monotonic() < deadline:
+        hard_deadline = deadline + 20
+        while time.monotonic() < deadline or (renewed() < 2 and
+                                               time.monotonic() < hard_deadline):
             for _ in range(20):
                 futures.append(await producer.send(topic, f"{sent}".encode(),
                                                    key=f"k{sent % 6}".encode()))

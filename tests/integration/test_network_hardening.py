@@ -280,8 +280,10 @@ async def test_missing_topic_is_not_asked_for_after_the_send_failed() -> None:
                 await producer.send("missing", b"v")
             assert 0.55 < time.monotonic() - start < 2.0
             asked_while_waiting = len(metadata_requests())
-            assert asked_while_waiting >= 5
-            await asyncio.sleep(0.2)  # the refresh under way when it failed may still land
+            # ~12 at one per retry.backoff.ms (fewer on a loaded machine), against one
+            # per metadata.max.age.ms for a topic no send waits for
+            assert asked_while_waiting >= 3
+            await asyncio.sleep(0.5)  # the refresh under way when it failed may still land
             after = len(metadata_requests())
             await asyncio.sleep(1.5)
             later = metadata_requests()[after:]
@@ -436,6 +438,8 @@ async def test_setup_timeout_bounds_a_silent_server_and_doubles_to_its_maximum()
             print("set-up attempts lasted", [round(x, 3) for x in lifetimes])
             assert len(lifetimes) >= 3
             for got, bound in zip(lifetimes, [0.3, 0.6, 1.2, 1.2], strict=False):
-                assert bound * 0.75 < got < bound * 1.25 + 0.3, (got, bound)
+                # jitter takes the bound down to 0.8x; the server sees the attempt from its
+                # accept, which a loaded machine may run a little after the client's start
+                assert bound * 0.8 - 0.05 < got < bound * 1.25 + 0.3, (got, bound)
         finally:
             await producer.close(timeout=5)

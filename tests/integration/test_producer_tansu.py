@@ -194,6 +194,9 @@ async def test_cancelled_send_and_wait_leaves_producer_usable(
 ) -> None:
     topic = new_topic()
     async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=200) as producer:
+        # metadata first: a send cancelled while it waits for metadata queues nothing, and a
+        # loaded machine may take longer than the sleep below to fetch it
+        await producer.partitions_for(topic)
         task = asyncio.ensure_future(producer.send_and_wait(topic, b"cancelled-waiter"))
         await asyncio.sleep(0.05)
         task.cancel()

@@ -273,13 +273,20 @@ def test_records_failing_after_queueing_are_counted(
 
     def batches() -> Iterator[pa.RecordBatch]:
         yield pa.record_batch({"value": pa.array([b"before"] * 10, pa.binary())})
-        time.sleep(0.5)  # the first ten are acknowledged by now
+        # the first ten acknowledged before the broker goes (a fixed sleep was not always
+        # enough on a loaded machine: the producer's start and InitProducerId come first)
+        deadline = time.monotonic() + 20
+        while not (writer._records == 10 and not writer._bulk_pending):
+            assert time.monotonic() < deadline, "the first ten were not acknowledged in 20 s"
+            time.sleep(0.01)
+        assert writer._failed == 0
         broker.stop()
         yield pa.record_batch({"value": pa.array([b"after"] * 25, pa.binary())})
 
     try:
+        writer = TaskWriter(settings, 7, 1)
         with pytest.raises(KafkaSinkError) as failure:
-            TaskWriter(settings, 7, 1).write(batches())
+            writer.write(batches())
         message = str(failure.value)
         assert message.startswith("aiokprod sink: task for partition 7 (attempt 1): "
                                   "25 of 35 records were not written to Kafka; first error: ")

@@ -65,14 +65,36 @@ def read_counts(bootstrap: str, topic: str, expected: int, isolation_level: str 
 def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSource]:
     """A data source ``aiokprod-<fault>`` whose partition-0 task fails on its first attempt.
 
-    ``raise`` / ``exit``: after two Arrow batches were handed to the producer and a second for
-    them to reach the log, raise / ``os._exit(1)`` (the Python worker dies mid-task).
+    ``raise`` / ``exit``: after two Arrow batches were handed to the producer and are in the
+    log (read uncommitted), raise / ``os._exit(1)`` (the Python worker dies mid-task).
     ``exit-always``: the same exit on every attempt, so the job fails.
     ``exit-after-commit``: the task's write (transaction committed) returns, then the worker
     exits before Spark hears of the result. ``pause``: after two batches, write the task's
     transactional id to ``sync_dir/paused`` and wait for ``sync_dir/resume``.
     """
     sync = str(sync_dir) if sync_dir is not None else ""
+
+    def _wait_until_in_log(bootstrap: str, topic: str | None, values: set[bytes]) -> None:
+        """Until a read_uncommitted consumer has seen every value in ``values`` (bounded: a
+        fixed sleep was not always enough on a loaded machine)."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "aiokprod-fault-wait",
+                             "enable.auto.commit": False,
+                             "isolation.level": "read_uncommitted", "log_level": 3})
+        try:
+            partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+            missing = set(values)
+            deadline = time.monotonic() + 60
+            while missing:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{len(missing)} of the first rows not in the log")
+                message = consumer.poll(0.1)
+                if message is not None and message.error() is None:
+                    missing.discard(message.value())
+        finally:
+            consumer.close()
 
     class FaultyWriter(KafkaArrowWriter):
         def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
@@ -87,9 +109,12 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
             settings = self.settings
 
             def faulty() -> Iterator[pa.RecordBatch]:
+                handed_over: set[bytes] = set()
                 for i, batch in enumerate(iterator):
                     if i == 2:
-                        time.sleep(1.0)  # the first two batches are in the log, uncommitted
+                        # the first two batches are in the log, uncommitted
+                        _wait_until_in_log(dict(settings.producer_config)["bootstrap.servers"],
+                                           settings.topic, handed_over)
                         if fault == "raise":
                             raise RuntimeError("injected: the task fails half-way")
                         if fault in ("exit", "exit-always"):
@@ -101,6 +126,9 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
                             while not Path(sync, "resume").exists() and \
                                     time.monotonic() < deadline:
                                 time.sleep(0.05)
+                    if i < 2:
+                        handed_over.update(v.encode() if isinstance(v, str) else v
+                                           for v in batch.column("value").to_pylist())
                     yield batch
 
             return super().write(faulty())

@@ -212,10 +212,13 @@ async def test_head_timeout_passes_memory_to_next_waiter() -> None:
     pool = BufferPool(1000, 100)
     held = pool.try_allocate(600)
     assert held is not None
-    head = asyncio.create_task(pool.allocate(900, 10))
+    # long enough that the head is still waiting when the next waiter queues behind it, even
+    # when a loaded machine pauses this test between the two
+    head = asyncio.create_task(pool.allocate(900, 400))
     await settle()
     nxt = asyncio.create_task(pool.allocate(300, LONG))
     await settle()
+    assert pool.statistics().waiters == 2
     assert not nxt.done()
     with pytest.raises(BufferExhaustedError):
         await head

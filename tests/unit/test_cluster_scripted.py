@@ -268,7 +268,8 @@ async def test_unused_topic_expires_and_on_topics_expired_is_told() -> None:
         await c.wait_for_topic("t", 2000)
         await c.wait_for_topic("u", 2000)
         start = time.monotonic()
-        while time.monotonic() - start < 0.7:
+        # ~0.4 s on a quiet machine; bounded wide for a loaded one
+        while expired != [["t"]] and time.monotonic() - start < 3.0:
             c.touch_topics(["u"])  # "u" keeps being used
             await asyncio.sleep(0.05)
         assert expired == [["t"]]
@@ -311,10 +312,11 @@ async def test_waited_for_topic_does_not_expire_and_stops_being_asked_for_after(
             await c.wait_for_topic("missing", 800)
         assert 0.75 < time.monotonic() - start < 2.0
         asked = node.count(METADATA)
-        assert asked >= 8  # about every retry.backoff.ms while it waited
+        # about every retry.backoff.ms while it waited (~16 quiet; fewer on a loaded machine,
+        # against the one of metadata.max.age.ms without a waiter)
+        assert asked >= 5
         assert expired == []  # 800 ms > metadata.max.idle.ms, but a waiter held it
-        await asyncio.sleep(0.8)
-        assert expired == [["missing"]]
+        await eventually(lambda: expired == [["missing"]], 3.0)
         assert node.count(METADATA) <= asked + 1  # at most the one already under way
 
 
@@ -443,13 +445,16 @@ async def test_lost_connection_reconnects_after_the_backoff() -> None:
                        reconnect_backoff_max_ms=200) as c:
         await c.refresh_now(2000)
         conn = await c.connection(1)
+        closed_at = time.monotonic()
         node.open_transports()[0].server_close()
         await eventually(lambda: not conn.connected, 1.0)
         assert c.ready_connection(1) is None
-        assert 0.1 < c.connection_delay(1) <= 0.25  # 200 ms ± 20%
-        start = time.monotonic()
+        # 200 ms ± 20% from the loss, of which the wait to see it has taken some (a loaded
+        # machine may take most of it)
+        seen_after = time.monotonic() - closed_at
+        assert 0.16 - seen_after < c.connection_delay(1) <= 0.25
         again = await c.connection(1, 2000)
-        assert again.connected and 0.1 < time.monotonic() - start < 0.8
+        assert again.connected and 0.16 <= time.monotonic() - closed_at < 2.0
 
 
 async def test_all_brokers_down_with_strategy_none_keeps_dialling_them() -> None:
@@ -536,7 +541,9 @@ async def test_rebootstrap_after_the_trigger_counted_from_the_first_failing_atte
         # and not after request.timeout.ms=5000)
         await eventually(lambda: c.statistics().rebootstraps == 1, 3.0)
         after_success = time.monotonic() - ok_at
-        assert 1.1 < after_success < 1.7, after_success
+        # 1.2 s nominal; 400 ms after the success would be under 1.1, request.timeout.ms far
+        # over the upper bound, which leaves room for a loaded machine
+        assert 1.1 < after_success < 2.5, after_success
         await eventually(lambda: c.links().get(1) == (H, 9011), 1.0)
         assert boot.count(METADATA) == 2
         conn = await c.connection(1, 1000)
