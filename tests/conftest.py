@@ -43,8 +43,9 @@ pytest_plugins = ["support.kafka_fixtures", "support.spark_fixtures"]
 # No per-example deadline anywhere: the suite runs on loaded 2-core CI machines, where one
 # pause of a few hundred ms fails a property test with DeadlineExceeded (or "unreliable
 # timings" when the replay is fast) without saying anything about the code. Speed is measured
-# in benchmarks/, not here.
-hypothesis.settings.register_profile("aiokprod", deadline=None)
+# in benchmarks/, not here. A failure prints the blob that replays it (@reproduce_failure), so a
+# CI failure can be run again here.
+hypothesis.settings.register_profile("aiokprod", deadline=None, print_blob=True)
 hypothesis.settings.load_profile("aiokprod")
 
 _TOPIC_UNSAFE = re.compile(r"[^a-zA-Z0-9._-]+")
