@@ -52,3 +52,16 @@ def test_per_record_benchmark_runs_every_workload_shape(tmp_path: Path) -> None:
     assert {"latency", "queued"} <= {r["workload"] for r in rows}
     assert all(not r.get("failed") and r["errors"] == 0 for r in rows), rows
     assert "| confirm-gather | 16 | 100 B | asyncio |" in proc.stdout
+
+
+def test_asyncio_floor_benchmark_prints_every_part() -> None:
+    """benchmarks/asyncio_floor.py with few futures: every part and the floor are printed, for
+    asyncio.Future (the C future beside it only where Cython is installed)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "asyncio_floor.py"), "--records", "2000"],
+        capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "asyncio.Future gc on" in proc.stdout
+    for part in ("create, kept alive", "RecordMetadata + set_result", "gather (its own part)",
+                 "await each (done)", "a coroutine call + await", "= confirm-gather floor"):
+        assert part in proc.stdout, proc.stdout
