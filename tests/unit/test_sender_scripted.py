@@ -298,7 +298,7 @@ async def test_split_parts_go_without_backoff_and_count_in_the_batch_metrics(
         metrics = p.metrics()
     assert refused == 1
     assert metrics["producer-metrics:batch-split-total"] == 1
-    assert elapsed < 1.5, elapsed  # linger 0.2 s, not the 3 s retry backoff
+    assert elapsed < 2.5, elapsed  # linger 0.2 s, not the 3 s retry backoff
     # record-size is per batch, its largest record: the warm-up's (7 bytes), the refused
     # batch's and each part's (500). Counting the parts averages at least (7 + 3 * 500) / 4;
     # without them it was (7 + 500) / 2
@@ -332,7 +332,9 @@ async def test_init_producer_id_is_retried_after_the_configured_backoff(
         assert p._idempotence is not None and p._idempotence.producer_id == 7
     gaps = [later - earlier for earlier, later in itertools.pairwise(asked)]
     assert len(gaps) == 2
-    assert all(0.35 < gap < 1.0 for gap in gaps), gaps  # 500 ms +-20% jitter
+    # 500 ms +-20% jitter; the upper bound leaves room for a loaded machine (the old gaps were
+    # 0.1 and 0.2 s, which the lower bound rules out)
+    assert all(0.35 < gap < 2.0 for gap in gaps), gaps
 
 
 async def test_a_refused_bump_falls_back_to_a_fresh_producer_id(
