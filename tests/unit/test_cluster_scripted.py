@@ -85,7 +85,7 @@ async def test_dead_bootstrap_server_second_is_never_waited_on() -> None:
         start = time.monotonic()
         c.start()
         await c.wait_for_topic("t", 5000)
-        assert time.monotonic() - start < 0.5
+        assert time.monotonic() - start < 2.0  # far below a set-up timeout on the dead one
         assert dead.connect_attempts == 0
 
 
@@ -613,8 +613,9 @@ async def test_rebootstrap_required_answer_rebootstraps_at_once() -> None:
             start = time.monotonic()
             c.request_update()
             if strategy == "rebootstrap":
-                await eventually(lambda c=c: c.links().get(1) == (H, 9011), 1.0)
-                assert time.monotonic() - start < 0.5
+                await eventually(lambda c=c: c.links().get(1) == (H, 9011), 2.0)
+                # at once, not after metadata.recovery.rebootstrap.trigger.ms (5 min)
+                assert time.monotonic() - start < 2.0
                 assert c.statistics().rebootstraps == 1 and not conn.connected
                 assert [r.api_version for r in stale.requests if r.api_key == METADATA][-1] == 13
                 assert boot.count(METADATA) == 2
