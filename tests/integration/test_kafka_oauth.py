@@ -158,11 +158,15 @@ async def test_tokens_are_refreshed_before_expiry_and_sessions_renewed_on_the_sa
             first_connections: dict[int, int] = {}
             started = time.monotonic()
 
-            def renewed() -> int:
+            def broker_connections() -> dict[int, Any]:
+                """The live connection to each broker (not the bootstrap address), by id."""
                 assert producer._cluster is not None
-                return max((link.connection.reauthentications
-                            for n, link in producer._cluster.pool._links.items()
-                            if n >= 0 and link.connection is not None), default=0)
+                return {n: link.connection for n, link in producer._cluster.pool._links.items()
+                        if n >= 0 and link.connection is not None}
+
+            def renewed() -> int:
+                return max((conn.reauthentications for conn in broker_connections().values()),
+                           default=0)
 
             # 2.6 token lifetimes, and on until two renewals (bounded) should a loaded
             # machine slow them
@@ -173,15 +177,12 @@ async def test_tokens_are_refreshed_before_expiry_and_sessions_renewed_on_the_sa
                                                        key=f"k{sent % 6}".encode()))
                     sent += 1
                 await asyncio.sleep(0.01)
-                assert producer._cluster is not None
                 if not first_connections:
-                    first_connections = {
-                        n: id(link.connection) for n, link in producer._cluster.pool._links.items()
-                        if n >= 0 and link.connection is not None}
+                    first_connections = {n: id(conn)
+                                         for n, conn in broker_connections().items()}
             results = await asyncio.gather(*futures, return_exceptions=True)
             assert producer._cluster is not None
-            links = {n: link.connection for n, link in producer._cluster.pool._links.items()
-                     if n >= 0 and link.connection is not None}
+            links = broker_connections()
             renewals = {n: conn.reauthentications for n, conn in links.items()}
             lifetimes = {n: conn.session_lifetime_ms for n, conn in links.items()}
             failed_connects = producer._cluster.statistics().failed_connects

@@ -165,11 +165,13 @@ async def test_sessions_are_renewed_on_the_same_connection_without_losing_or_reo
                         ) as producer:
         futures = []
 
-        def renewed() -> int:
+        def connections() -> list[Any]:
             assert producer._cluster is not None
-            return sum(link.connection.reauthentications
-                       for link in producer._cluster.pool._links.values()
-                       if link.connection is not None)
+            return [link.connection for link in producer._cluster.pool._links.values()
+                    if link.connection is not None]
+
+        def renewed() -> int:
+            return sum(conn.reauthentications for conn in connections())
 
         # 3.5 sessions, and on until two renewals (bounded) should a loaded machine slow them
         deadline = time.monotonic() + 3.5 * REAUTH_MS / 1000
@@ -182,11 +184,8 @@ async def test_sessions_are_renewed_on_the_same_connection_without_losing_or_reo
                 sent += 1
             await asyncio.sleep(0.01)
         results = await asyncio.gather(*futures, return_exceptions=True)
-        assert producer._cluster is not None
-        links = [link.connection for link in producer._cluster.pool._links.values()
-                 if link.connection is not None]
-        renewals = sum(conn.reauthentications for conn in links)
-        sent_on = {conn.node_id: conn.requests_sent for conn in links}
+        renewals = renewed()
+        sent_on = {conn.node_id: conn.requests_sent for conn in connections()}
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, errors[:3]
     # a session of 2 s renewed at 85-95 %: at least two renewals on the leader's connection
