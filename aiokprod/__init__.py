@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
     from aiokprod.network.security import OAuthToken
     from aiokprod.producer.bulk import SendManyResult
+    from aiokprod.producer.prepared import PreparedTransaction
     from aiokprod.producer.producer import Producer, ProducerHealth
     from aiokprod.producer.record_metadata import RecordMetadata
     from aiokprod.producer.transactions import ConsumerGroupMetadata
@@ -60,6 +61,7 @@ _ERRORS = (
 _LAZY = {
     **{name: "aiokprod.errors" for name in _ERRORS},
     "ConsumerGroupMetadata": "aiokprod.producer.transactions",
+    "PreparedTransaction": "aiokprod.producer.prepared",
     "OAuthToken": "aiokprod.network.security",
     "Partitioner": "aiokprod.hooks",
     "ProducerInterceptor": "aiokprod.hooks",
@@ -90,6 +92,7 @@ __all__ = [
     "KafkaTimeoutError",
     "OAuthToken",
     "Partitioner",
+    "PreparedTransaction",
     "Producer",
     "ProducerClosedError",
     "ProducerConfig",

@@ -144,6 +144,8 @@ _OPERATIONS = (
     ("txn-init", "time spent in init_transactions()"),
     ("txn-begin", "time spent in begin_transaction()"),
     ("txn-send-offsets", "time spent in send_offsets_to_transaction()"),
+    ("txn-prepare", "time spent in prepare_transaction() (KIP-939's first phase; not in Java "
+                    "releases yet)"),
     ("txn-commit", "time spent in commit_transaction()"),
     ("txn-abort", "time spent in abort_transaction()"),
 )

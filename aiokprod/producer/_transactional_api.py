@@ -26,6 +26,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.committed_offsets import fetch_committed_offsets
 from aiokprod.producer.coordinator import CoordinatorClient
+from aiokprod.producer.prepared import PreparedTransaction, complete_prepared
 from aiokprod.producer.sender import Sender
 from aiokprod.producer.transaction_manager import TransactionManager
 from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState, TxnEvent
@@ -135,6 +136,74 @@ class TransactionalApi:
             raise
         finally:
             self._time_operation("txn-commit", started)
+
+    async def prepare_transaction(self) -> PreparedTransaction:
+        """Flush the open transaction and leave it open, for someone else to end (KIP-939).
+
+        Returns when every record of the transaction is acknowledged: the
+        ``PreparedTransaction`` names the transaction by transactional id, producer id and
+        epoch, so any producer can commit or abort it with
+        ``complete_prepared_transaction()`` — the second phase of a two-phase commit whose
+        coordinator (a job's driver) decides which of several writers' transactions count.
+        Afterwards this producer sends nothing more in it; ``close()`` leaves it open (the
+        coordinator aborts it after transaction.timeout.ms if nobody ends it), and
+        ``commit_transaction()`` / ``abort_transaction()`` here still end it.
+
+        Fails like ``commit_transaction()``'s flush: ``TransactionAbortableError`` when a
+        record failed (abort), ``ProducerFencedError``, ``KafkaTimeoutError`` after
+        max.block.ms (calling it again keeps waiting).
+        """
+        txn = self._transactions("prepare_transaction()")
+        started = time.perf_counter_ns()
+        deadline = time.monotonic() + self._max_block / 1000
+        try:
+            if txn.state is not TransactionState.IN_TRANSACTION:
+                txn.fire(TxnEvent.PREPARED)  # raises IllegalStateError, naming the state
+            await self._await_batches(deadline, "prepare_transaction()")
+            self._sync_txn_fatal()
+            txn.check_fatal()
+            if txn.must_abort:
+                raise TransactionAbortableError(
+                    f"prepare_transaction(): a record of the transaction failed, abort it: "
+                    f"{txn.abortable_error}") from txn.abortable_error
+            await txn.wait_for_adds(deadline)
+            txn.fire(TxnEvent.PREPARED)
+            return txn.prepared()
+        except KafkaError:
+            self._sync_txn_fatal()
+            raise
+        finally:
+            self._time_operation("txn-prepare", started)
+
+    async def complete_prepared_transaction(
+            self, prepared: PreparedTransaction, *, commit: bool,
+            offsets: Mapping[tuple[str, int], int] | None = None,
+            group: str | None = None) -> None:
+        """Commit or abort a transaction another producer prepared (``prepare_transaction``).
+
+        With ``commit``, ``offsets`` of consumer group ``group`` are added to the transaction
+        first, so they become visible with its records (a progress marker, a consumer's
+        position). Works on any started producer, transactional or not; the transaction's
+        own producer need not be running. Repeating a completion that already happened is
+        answered as a success. A transaction that can no longer commit (aborted after
+        transaction.timeout.ms, or fenced by a newer producer with its transactional id)
+        raises ``TransactionAbortedError``. Bounded by max.block.ms (``KafkaTimeoutError``;
+        calling it again resumes).
+        """
+        if not isinstance(prepared, PreparedTransaction):
+            raise TypeError(f"prepared must be a PreparedTransaction (from "
+                            f"prepare_transaction()), got {type(prepared).__name__}")
+        if offsets and not (isinstance(group, str) and group):
+            raise ValueError(f"offsets need a non-empty group id, got {group!r}")
+        if self._closed or not self._started or self._cluster is None:
+            raise self._not_sending_error()
+        config = self._config
+        coordinators = CoordinatorClient(
+            cluster=self._cluster, transactional_id=prepared.transactional_id,
+            request_timeout_ms=config.request_timeout_ms,
+            retry_backoff_ms=config.retry_backoff_ms, client_id=config.client_id)
+        await complete_prepared(coordinators, prepared, commit=commit, offsets=offsets,
+                                group=group, deadline=time.monotonic() + self._max_block / 1000)
 
     async def abort_transaction(self) -> None:
         """Abort: records still queued fail with "transaction aborted", those on the wire are

@@ -34,6 +34,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.producer.coordinator import CoordinatorClient, top_level_code
 from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
+from aiokprod.producer.prepared import PreparedTransaction
 from aiokprod.producer.producer_id import (
     FATAL_INIT_CODES,
     FENCED_CODES,
@@ -233,6 +234,12 @@ class TransactionManager(TransactionEnd):
 
     def _pair(self) -> tuple[int, int]:
         return self._idem.producer_id, self._idem.producer_epoch
+
+    def prepared(self) -> PreparedTransaction:
+        """What ends the open transaction from elsewhere (``prepare_transaction()``)."""
+        pid, epoch = self._pair()
+        return PreparedTransaction(self.transactional_id, pid, epoch, self.transaction_version,
+                                   self.partitions.started)
 
     def _fail_with(self, code: ErrorCode, what: str, *, abortable: bool = False
                    ) -> BaseException:

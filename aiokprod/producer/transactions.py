@@ -59,6 +59,10 @@ class TransactionState(enum.Enum):
     READY = "ready"
     #: A transaction is open: ``send()`` and ``send_offsets_to_transaction()`` are allowed.
     IN_TRANSACTION = "in_transaction"
+    #: ``prepare_transaction()`` returned: every record of the transaction is acknowledged and
+    #: the transaction is left open on the coordinator, to be committed or aborted by whoever
+    #: holds its ``PreparedTransaction`` (KIP-939's prepared state); ``close()`` keeps it open.
+    PREPARED = "prepared"
     #: ``commit_transaction()``: flushing, then EndTxn(commit).
     COMMITTING = "committing"
     #: ``abort_transaction()``: queued records failed, in-flight ones awaited, EndTxn(abort).
@@ -76,6 +80,7 @@ class TxnEvent(enum.Enum):
     INIT_COMPLETED = "init_completed"  # ... answered with a producer id and epoch
     INIT_FAILED = "init_failed"  # ... did not complete within max.block.ms (retriable)
     BEGIN = "begin"  # begin_transaction()
+    PREPARED = "prepared"  # prepare_transaction() flushed the transaction and holds it open
     COMMIT_STARTED = "commit_started"  # commit_transaction()
     ABORT_STARTED = "abort_started"  # abort_transaction()
     END_COMPLETED = "end_completed"  # EndTxn answered (or nothing needed ending)
@@ -106,6 +111,14 @@ TRANSITIONS: dict[tuple[TransactionState, TxnEvent], Transition] = {
         _S.UNINITIALIZED, "Java initTransactions(): a TimeoutException may be retried"),
     (_S.READY, _E.BEGIN): Transition(
         _S.IN_TRANSACTION, "Java beginTransaction(): local only, nothing is sent"),
+    (_S.IN_TRANSACTION, _E.PREPARED): Transition(
+        _S.PREPARED, "KIP-939 prepareTransaction(): flushed, the transaction stays open for "
+                     "another party to end"),
+    (_S.PREPARED, _E.COMMIT_STARTED): Transition(
+        _S.COMMITTING, "KIP-939 completeTransaction(): the holder of a prepared transaction "
+                       "commits it"),
+    (_S.PREPARED, _E.ABORT_STARTED): Transition(
+        _S.ABORTING, "KIP-939: a prepared transaction may still be aborted"),
     (_S.IN_TRANSACTION, _E.COMMIT_STARTED): Transition(
         _S.COMMITTING, "Java commitTransaction(): flush, then EndTxn(commit)"),
     (_S.COMMITTING, _E.COMMIT_STARTED): Transition(
@@ -151,6 +164,7 @@ def next_state(state: TransactionState, event: TxnEvent) -> TransactionState:
 _CALLS: dict[TxnEvent, str] = {
     _E.INIT_STARTED: "initializing transactions (start())",
     _E.BEGIN: "begin_transaction()",
+    _E.PREPARED: "prepare_transaction()",
     _E.COMMIT_STARTED: "commit_transaction()",
     _E.ABORT_STARTED: "abort_transaction()",
 }

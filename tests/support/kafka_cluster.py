@@ -514,6 +514,8 @@ class KafkaCluster:
             "transaction.state.log.replication.factor": rf,
             "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": "3",
+            # a transaction past transaction.timeout.ms is aborted within a second, not ten
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": min_isr,
             "group.initial.rebalance.delay.ms": "0",

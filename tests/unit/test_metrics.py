@@ -179,7 +179,7 @@ PRODUCER_METRIC_NAMES = {
     "requests-in-flight", "produce-throttle-time-avg", "produce-throttle-time-max",
     "metadata-age", "connection-count", "flush-time-ns-total", "metadata-wait-time-ns-total",
     "txn-init-time-ns-total", "txn-begin-time-ns-total", "txn-send-offsets-time-ns-total",
-    "txn-commit-time-ns-total", "txn-abort-time-ns-total",
+    "txn-prepare-time-ns-total", "txn-commit-time-ns-total", "txn-abort-time-ns-total",
 }
 TOPIC_METRIC_NAMES = {
     "record-send-rate", "record-send-total", "byte-rate", "byte-total", "compression-rate",
