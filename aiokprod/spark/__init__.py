@@ -32,12 +32,12 @@ Why this shape (details in docs/spark.md):
   task's).
 * **At-least-once by default**: idempotence removes duplicates from the producer's own retries
   within a task; a retried task writes its rows again.
-* **Exactly-once with** ``.option("transactional", "true")``: one Kafka transaction per task,
-  its transactional id fixed by the write (batch) or query (streaming) and the Spark
-  partition, so a new attempt fences older ones, and a commit marker (a sink-owned consumer
-  group's offset) committed in the same transaction, so a re-run of a task that committed
-  writes nothing (``aiokprod.spark._transactional``). read_committed consumers see each row
-  once.
+* **Exactly-once with** ``.option("transactional", "true")``: each task attempt writes its rows
+  in a Kafka transaction of its own and *prepares* it; the driver's ``commit()`` — the one place
+  that knows which attempt of each task Spark keeps — commits the kept attempts' transactions,
+  each with a marker (a sink-owned consumer group's offset) that lets a re-run skip what is
+  committed, and ``abort()`` aborts them (``aiokprod.spark._transactional``). A write is
+  visible to read_committed consumers entirely or not at all, each row once.
 """
 
 from __future__ import annotations
@@ -67,9 +67,11 @@ from aiokprod.errors import ConfigError
 from aiokprod.spark._executor import KafkaSinkError, TaskSummary, TaskWriter
 from aiokprod.spark._options import SinkSettings, settings_from, sink_options
 from aiokprod.spark._transactional import (
+    PreparedTask,
     TransactionalTaskWriter,
+    abort_tasks,
     batch_identity,
-    fence_unfinished,
+    commit_tasks,
     stream_identity,
 )
 
@@ -95,8 +97,10 @@ class SinkCommitMessage(WriterCommitMessage):
     records: int
     bytes: int  # key + value bytes as the DataFrame held them
     topics: tuple[tuple[str, int], ...]  # (topic, records)
-    # transactional mode: an earlier attempt (or run) had committed the task's rows already
+    # transactional mode: an earlier run had committed the task's rows already
     skipped: bool = False
+    # transactional mode: the attempt's open transaction, for the driver to commit or abort
+    prepared: PreparedTask | None = None
 
 
 class KafkaDataSource(DataSource):
@@ -111,7 +115,7 @@ class KafkaDataSource(DataSource):
             raise ConfigError("aiokprod sink: Kafka topics can only be appended to; use "
                               "mode('append')")
         settings = settings_from(self.options, schema)
-        if settings.transactional:  # one id per save(): every attempt of a task shares it
+        if settings.transactional and settings.write_id is None:  # one id per save()
             settings = replace(settings, write_id=uuid.uuid4().hex)
         return KafkaArrowWriter(settings)
 
@@ -134,11 +138,11 @@ def _write_task(settings: SinkSettings, batches: Iterator[pa.RecordBatch]) -> Si
     partition_id = context.partitionId() if context is not None else -1
     attempt = context.attemptNumber() if context is not None else 0
     if not settings.transactional:
-        return _message(TaskWriter(settings, partition_id, attempt).write(batches))
+        return _message(TaskWriter(settings, partition_id, attempt).write(batches), None)
     if context is None:
         raise KafkaSinkError("aiokprod sink: transactional mode runs inside a Spark task only")
     if settings.write_id is not None:
-        identity = batch_identity(settings, partition_id)
+        identity = batch_identity(settings, partition_id, attempt)
     else:
         query_id = context.getLocalProperty(_QUERY_ID_PROPERTY)
         batch_id = context.getLocalProperty(_BATCH_ID_PROPERTY)
@@ -147,14 +151,35 @@ def _write_task(settings: SinkSettings, batches: Iterator[pa.RecordBatch]) -> Si
                 f"aiokprod sink: transactional streaming needs Spark's query and batch ids "
                 f"(task local properties {_QUERY_ID_PROPERTY!r}, {_BATCH_ID_PROPERTY!r}); this "
                 f"task has {query_id!r}, {batch_id!r}")
-        identity = stream_identity(settings, query_id, int(batch_id), partition_id)
+        identity = stream_identity(settings, query_id, int(batch_id), partition_id, attempt)
     writer = TransactionalTaskWriter(settings, partition_id, attempt, identity)
-    return _message(writer.write(batches))
+    summary = writer.write(batches)
+    return _message(summary, writer.prepared)
 
 
-def _message(summary: TaskSummary) -> SinkCommitMessage:
+def _message(summary: TaskSummary, prepared: PreparedTask | None) -> SinkCommitMessage:
     return SinkCommitMessage(summary.partition_id, summary.attempt, summary.records,
-                             summary.bytes, summary.topics, summary.skipped)
+                             summary.bytes, summary.topics, summary.skipped, prepared)
+
+
+def _commit(settings: SinkSettings, messages: list[WriterCommitMessage | None],
+            what: str) -> None:
+    """The driver's commit: the kept attempts' transactions commit (transactional mode)."""
+    ours = _ours(messages)
+    if settings.transactional:
+        commit_tasks(settings, [m.prepared for m in ours if m is not None and m.prepared])
+    logger.info("aiokprod sink: %s wrote %s", what, summarize(ours))
+
+
+def _abort(settings: SinkSettings, messages: list[WriterCommitMessage | None],
+           what: str) -> None:
+    """The driver's abort: nothing of the write becomes visible (transactional mode)."""
+    ours = _ours(messages)
+    if settings.transactional:
+        # messages are indexed by Spark partition; None: the task did not finish
+        abort_tasks(settings, [m.prepared for m in ours if m is not None and m.prepared],
+                    [i for i, m in enumerate(ours) if m is None])
+    logger.warning("aiokprod sink: %s failed (%s): %s", what, _mode(settings), summarize(ours))
 
 
 def summarize(messages: list[SinkCommitMessage | None]) -> str:
@@ -183,20 +208,10 @@ class KafkaArrowWriter(DataSourceArrowWriter):
         return _write_task(self.settings, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        logger.info("aiokprod sink: wrote %s", summarize(_ours(messages)))
+        _commit(self.settings, messages, "save()")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        ours = _ours(messages)
-        logger.warning("aiokprod sink: write job failed; what the finished tasks wrote stays in "
-                       "Kafka (%s): %s", _mode(self.settings), summarize(ours))
-        if self.settings.transactional:
-            # messages are indexed by Spark partition; None: the task did not finish
-            problems = fence_unfinished(self.settings,
-                                        [i for i, m in enumerate(ours) if m is None])
-            for problem in problems:
-                logger.warning("aiokprod sink: could not fence the unfinished task's "
-                               "transactional id %s; read_committed consumers may wait up to "
-                               "transaction.timeout.ms for its transaction", problem)
+        _abort(self.settings, messages, "save()")
 
 
 if DataSourceStreamArrowWriter is not None:
@@ -211,13 +226,10 @@ if DataSourceStreamArrowWriter is not None:
             return _write_task(self.settings, iterator)
 
         def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-            logger.info("aiokprod sink: micro-batch %d wrote %s", batchId,
-                        summarize(_ours(messages)))
+            _commit(self.settings, messages, f"micro-batch {batchId}")
 
         def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-            logger.warning("aiokprod sink: micro-batch %d failed; what its finished tasks wrote "
-                           "stays in Kafka (%s): %s", batchId, _mode(self.settings),
-                           summarize(_ours(messages)))
+            _abort(self.settings, messages, f"micro-batch {batchId}")
 
 
 class KafkaStreamRowWriter(DataSourceStreamWriter):
@@ -234,22 +246,20 @@ class KafkaStreamRowWriter(DataSourceStreamWriter):
         return _write_task(self.settings, rows_to_batches(self.settings, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        logger.info("aiokprod sink: micro-batch %d wrote %s", batchId, summarize(_ours(messages)))
+        _commit(self.settings, messages, f"micro-batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        logger.warning("aiokprod sink: micro-batch %d failed; what its finished tasks wrote stays "
-                       "in Kafka (%s): %s", batchId, _mode(self.settings),
-                       summarize(_ours(messages)))
+        _abort(self.settings, messages, f"micro-batch {batchId}")
 
 
 def _mode(settings: SinkSettings) -> str:
     if not settings.transactional:
-        return "at-least-once"
+        return "at-least-once: what the finished tasks wrote stays in Kafka"
     if settings.write_id is not None:
-        return ("one transaction per task: finished tasks committed, the others' rows were "
-                "aborted; a new save() writes every row again")
-    return ("one transaction per task: finished tasks committed, the others' rows were "
-            "aborted; the restarted query's replay of the micro-batch skips what committed")
+        return ("exactly-once: every task's transaction was aborted, nothing is visible; "
+                "running the write again writes every row once")
+    return ("exactly-once: every task's transaction was aborted, nothing of the micro-batch "
+            "is visible; the restarted query writes it again")
 
 
 def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage | None]:

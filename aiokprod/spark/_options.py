@@ -69,6 +69,12 @@ _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 TRANSACTIONAL = "transactional"
 ID_PREFIX = "transactional.id.prefix"
 MARKER_TOPIC = "transactional.marker.topic"
+WRITE_ID = "transactional.write.id"
+#: The transactional mode's transaction.timeout.ms unless ``kafka.transaction.timeout.ms`` is
+#: given: a task's transaction lives until the driver commits the whole write, so the
+#: producer's 60 s would fail any write of several waves of tasks; 15 minutes is the broker's
+#: default transaction.max.timeout.ms.
+SINK_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_ID_PREFIX = "aiokprod-spark"
 #: The sink's ``batch.size`` unless ``kafka.batch.size`` is given (the producer's is 16 KiB).
 SINK_BATCH_SIZE = 65_536
@@ -100,9 +106,16 @@ class SinkSettings:
     # the topic whose partition 0 keys the commit markers: Kafka refuses offsets of a topic it
     # does not have, and the sink's own topic is one it has
     marker_topic: str | None = None
-    # batch writes: made on the driver for one save(), so its tasks' attempts share their
-    # transactional ids; None for streaming, where the query id (kept in the checkpoint) is
+    # batch writes: made on the driver for one save() (or the 'transactional.write.id'
+    # option, stable across re-runs of a job), naming its tasks' transactional ids and
+    # markers; None for streaming, where the query id (kept in the checkpoint) does
     write_id: str | None = None
+
+    @property
+    def transaction_timeout_ms(self) -> int:
+        """The coordinator aborts a task's transaction this long after its first record."""
+        return int(dict(self.producer_config).get("transaction.timeout.ms",
+                                                  SINK_TRANSACTION_TIMEOUT_MS))
 
     def __repr__(self) -> str:
         shown = {k: "***" if k in _SECRET_SETTINGS else v for k, v in self.producer_config}
@@ -121,7 +134,7 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
     jaas: dict[str, str] = {}
     topic: str | None = None
     transactional = False
-    id_prefix, marker_topic = DEFAULT_ID_PREFIX, None
+    id_prefix, marker_topic, write_id = DEFAULT_ID_PREFIX, None, None
     for name, value in options.items():
         key = name.lower()
         if key.startswith(KAFKA_PREFIX):
@@ -147,11 +160,15 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
                 raise ConfigError(f"aiokprod sink: option {ID_PREFIX!r} must not be empty")
         elif key == MARKER_TOPIC:
             marker_topic = value.strip() or None
+        elif key == WRITE_ID:
+            write_id = value.strip()
+            if not write_id:
+                raise ConfigError(f"aiokprod sink: option {WRITE_ID!r} must not be empty")
         elif key not in _SPARK_OWNED:
             raise ConfigError(
                 f"aiokprod sink: unknown option {name!r}; producer settings take the 'kafka.' "
                 f"prefix (e.g. 'kafka.{key}'), and the sink's own options are 'topic', "
-                f"'transactional', {ID_PREFIX!r} and {MARKER_TOPIC!r}")
+                f"'transactional', {ID_PREFIX!r}, {MARKER_TOPIC!r} and {WRITE_ID!r}")
     if jaas:
         if "sasl.username" in producer or "sasl.password" in producer:
             raise ConfigError("aiokprod sink: give either 'kafka.sasl.jaas.config' or "
@@ -162,6 +179,8 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
     # a task writes whole Arrow batches: bigger record batches than the producer's 16 KiB
     # default cost less per row in the worker and the broker (docs/spark.md, "Performance")
     producer.setdefault("batch.size", str(SINK_BATCH_SIZE))
+    if transactional:
+        producer.setdefault("transaction.timeout.ms", str(SINK_TRANSACTION_TIMEOUT_MS))
     try:
         ProducerConfig.from_mapping(producer)
         if transactional:  # what each task's producer will be: e.g. idempotence switched off
@@ -177,11 +196,11 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
                 f"aiokprod sink: option 'transactional'='true' needs a topic for its commit "
                 f"markers: give the 'topic' option, or {MARKER_TOPIC!r} (an existing topic the "
                 f"sink may commit a consumer group's offsets for) when rows name their topics")
-    elif (id_prefix, marker_topic) != (DEFAULT_ID_PREFIX, None):
-        raise ConfigError(f"aiokprod sink: options {ID_PREFIX!r} and {MARKER_TOPIC!r} need "
-                          f"'transactional'='true'")
+    elif (id_prefix, marker_topic, write_id) != (DEFAULT_ID_PREFIX, None, None):
+        raise ConfigError(f"aiokprod sink: options {ID_PREFIX!r}, {MARKER_TOPIC!r} and "
+                          f"{WRITE_ID!r} need 'transactional'='true'")
     return SinkSettings(tuple(sorted(producer.items())), topic, columns, transactional,
-                        id_prefix, marker_topic if transactional else None)
+                        id_prefix, marker_topic if transactional else None, write_id)
 
 
 def sink_options(bootstrap_servers: str | Sequence[str], *, topic: str | None = None,

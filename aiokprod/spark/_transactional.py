@@ -1,29 +1,45 @@
-"""The sink's exactly-once mode: one Kafka transaction per task, and a commit marker in it.
+"""The sink's exactly-once mode: tasks prepare a transaction each, the driver commits them.
 
-``.option("transactional", "true")``. Spark runs a task again when an attempt fails, when its
-executor is lost after the task finished (Spark never heard of the result), and beside a slow
-attempt (speculation); a streaming query replays its last micro-batch after a restart. Each of
-those re-runs hands the sink the same rows again. Here every task writes its rows in one
-transaction whose id is fixed by *what* the task writes, not by which attempt writes it:
+``.option("transactional", "true")``. The one fact only Spark's driver knows is which attempt
+of each task counts: a task's input ending is no proof — when an upstream stage fails, the task
+is cancelled or its executor drops the socket, pyspark ends the writer's iterator as if the
+input were complete. So no task commits. Each attempt writes its rows in a Kafka transaction of
+its own and *prepares* it (``Producer.prepare_transaction()``: every record acknowledged, the
+transaction left open); its commit message carries the ``PreparedTransaction`` (transactional
+id, producer id, epoch) to the driver. Spark hands the driver's ``commit()`` one message per
+task, from the attempt it keeps, and only then do the transactions commit
+(``Producer.complete_prepared_transaction()``, EndTxn by producer id and epoch); ``abort()``
+aborts them. Rows of an attempt Spark did not keep are never committed: read_committed
+consumers never see them. A failed write leaves nothing visible.
 
-* batch: ``<prefix>-<write id>-<partition>``, the write id made on the driver for one
-  ``save()``;
-* streaming: ``<prefix>-<query id>-<partition>``, the query id Spark keeps in the checkpoint.
+Transactional ids, one per *attempt*, so that an attempt starting after another finished (a
+speculative copy, a duplicate) cannot abort the one Spark keeps:
 
-A new attempt's ``start()`` (InitProducerId with that id) fences every older attempt of the
-task and aborts what it left open, so at most one attempt can commit. Committing is not
-enough: a task that committed and then died before Spark heard of it is run again, and that
-retry must not write the rows a second time. So the transaction also commits a **marker**: an
-offset of a sink-owned consumer group (``<transactional id's prefix>-<write or query
-id>-<partition>``) on partition 0 of the sink's topic — for a batch write offset 1, for a
-micro-batch its batch id + 1. Rows and marker become visible together or not at all. After
-fencing, and before writing anything, an attempt reads the marker
-(``Producer.committed_offsets``, which waits out a transaction still resolving); if it is there,
-the rows are in Kafka already and the attempt writes nothing and succeeds.
+* batch: ``<prefix>-<write id>-<partition>-<attempt>``, the write id made on the driver for one
+  ``save()`` (or given as ``transactional.write.id`` to make a re-run of the job recognise what
+  an earlier run committed);
+* streaming: ``<prefix>-<query id>-<partition>-<attempt>``: the query id is kept in the
+  checkpoint, and reusing the ids every micro-batch keeps the coordinator's table small (it
+  keeps every transactional id for transactional.id.expiration.ms, 7 days by default).
 
-The producer of this mode is made per task (its transactional id is the task's) on the
-worker's shared loop thread, and closed at the end of the task; the at-least-once mode's
-cached producers and hot path are untouched. docs/spark.md has the guarantee table.
+An attempt's ``start()`` (InitProducerId) aborts what an earlier run left open under the same
+id; the driver aborts the kept attempts' predecessors (InitProducerId with their ids) after the
+commit, and a failed write's unfinished tasks in ``abort()``, so read_committed consumers are
+not held at a dead attempt's first record until transaction.timeout.ms.
+
+A **marker** makes re-runs write nothing twice: the driver commits, inside each task's
+transaction, an offset of a sink-owned consumer group (``<prefix>-<write or query
+id>-<partition>``) on partition 0 of the marker topic — 1 for a batch write, batch id + 1 for a
+micro-batch. Rows and marker become visible together or not at all. An attempt reads the marker
+(``Producer.committed_offsets``, which waits out a commit in progress) before writing; found,
+the rows are in Kafka already (a streaming replay after the driver committed and died before
+Spark's commit log, or a re-run of a batch write with the same write id): it consumes its
+input, writes nothing and succeeds.
+
+The transaction lives from a task's first record until the driver's commit, so
+``transaction.timeout.ms`` must cover the whole write (every wave of tasks); the sink's default
+is the broker's default cap, 15 minutes. A write that outlasts it fails before anything
+commits. docs/spark.md has the guarantee table.
 """
 
 from __future__ import annotations
@@ -31,13 +47,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Coroutine, Iterable
+import time
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from aiokprod.errors import KafkaError, ProducerFencedError
+from aiokprod.producer.prepared import PreparedTransaction
 from aiokprod.producer.producer import Producer
 from aiokprod.spark._executor import (
     KafkaSinkError,
@@ -48,8 +66,8 @@ from aiokprod.spark._executor import (
 )
 from aiokprod.spark._options import SinkSettings
 
-__all__ = ["TaskIdentity", "TransactionalTaskWriter", "batch_identity", "fence_unfinished",
-           "stream_identity"]
+__all__ = ["PreparedTask", "TaskIdentity", "TransactionalTaskWriter", "abort_tasks",
+           "batch_identity", "commit_tasks", "stream_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,82 +76,73 @@ _T = TypeVar("_T")
 # what a marker holds for a batch write: "this partition's rows are committed"
 _BATCH_DONE = 1
 _CLOSE_TIMEOUT_S = 10.0
-# producers the driver's abort() starts at once to fence the failed tasks' transactional ids
-_FENCE_CONCURRENCY = 8
+# completions (or fencing producers) the driver runs at once
+_DRIVER_CONCURRENCY = 16
+# attempts of a task whose ids the driver's abort() fences when the task never finished:
+# Spark's default spark.task.maxFailures (an attempt beyond it is aborted by the coordinator
+# after transaction.timeout.ms, or by the next run reusing the id)
+_FENCED_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
 class TaskIdentity:
-    """Who a task is, across its attempts: the transactional id and where its marker lives."""
+    """Who a task attempt is: its transactional id, and where its task's marker lives."""
 
+    # this attempt's transactional id
     transactional_id: str
-    # the sink-owned consumer group whose committed offset is the marker
+    # the sink-owned consumer group whose committed offset is the task's marker (one per task,
+    # shared by its attempts)
     group_id: str
     # (topic, partition) the marker offset is committed for
     marker: tuple[str, int]
     # the committed offset that says "this task's rows are in"; a larger one says the same
     # (a later micro-batch of the query committed the partition)
     done_offset: int
+    # which attempt of the task (TaskContext.attemptNumber())
+    attempt: int
 
 
-def batch_identity(settings: SinkSettings, partition_id: int) -> TaskIdentity:
-    """A batch write's task: ids from the driver's write id and the Spark partition."""
-    assert settings.write_id is not None and settings.marker_topic is not None
-    name = f"{settings.id_prefix}-{settings.write_id}-{partition_id}"
-    return TaskIdentity(name, name, (settings.marker_topic, 0), _BATCH_DONE)
-
-
-def stream_identity(settings: SinkSettings, query_id: str, batch_id: int,
-                    partition_id: int) -> TaskIdentity:
-    """A micro-batch's task: ids from the query id and the Spark partition, marker batch + 1.
-
-    One transactional id per query partition, not per micro-batch: the coordinator keeps every
-    transactional id for transactional.id.expiration.ms (7 days by default), and a query
-    running a micro-batch a second would leave hundreds of thousands a day. Micro-batches run
-    one after another, so the marker's offset (the last committed batch id + 1) only grows.
-    """
+def _identity(settings: SinkSettings, scope: str, partition_id: int, attempt: int,
+              done_offset: int) -> TaskIdentity:
     assert settings.marker_topic is not None
-    name = f"{settings.id_prefix}-{query_id}-{partition_id}"
-    return TaskIdentity(name, name, (settings.marker_topic, 0), batch_id + 1)
+    task = f"{settings.id_prefix}-{scope}-{partition_id}"
+    return TaskIdentity(f"{task}-{attempt}", task, (settings.marker_topic, 0), done_offset,
+                        attempt)
 
 
-def fence_unfinished(settings: SinkSettings, partitions: Iterable[int]) -> list[str]:
-    """After a failed batch write: fence the transactional ids of the tasks that did not finish.
+def batch_identity(settings: SinkSettings, partition_id: int, attempt: int) -> TaskIdentity:
+    """A batch write's task attempt: ids from the write id, the Spark partition, the attempt."""
+    assert settings.write_id is not None
+    return _identity(settings, settings.write_id, partition_id, attempt, _BATCH_DONE)
 
-    A task whose last attempt died (its worker killed, no retry left) leaves its transaction
-    open; its rows are never visible, but read_committed consumers of the partitions it wrote
-    to stop at its first record until the coordinator aborts it after transaction.timeout.ms.
-    InitProducerId with the task's id aborts it now. Runs in the driver-side worker that calls
-    ``abort``; each producer's start is bounded by max.block.ms. Returns one line per id that
-    could not be fenced (the caller logs them).
-    """
-    async def fence(partition: int, gate: asyncio.Semaphore) -> None:
-        config = dict(settings.producer_config)
-        config["transactional.id"] = batch_identity(settings, partition).transactional_id
-        async with gate:
-            producer = Producer.from_config(config)
-            try:
-                await producer.start()
-            finally:
-                await producer.close(timeout=_CLOSE_TIMEOUT_S)
 
-    async def fence_all(wanted: list[int]) -> list[str]:
-        gate = asyncio.Semaphore(_FENCE_CONCURRENCY)
-        outcomes = await asyncio.gather(*(fence(p, gate) for p in wanted),
-                                        return_exceptions=True)
-        return [f"{batch_identity(settings, p).transactional_id}: {type(o).__name__}: {o}"
-                for p, o in zip(wanted, outcomes, strict=True) if isinstance(o, BaseException)]
+def stream_identity(settings: SinkSettings, query_id: str, batch_id: int, partition_id: int,
+                    attempt: int) -> TaskIdentity:
+    """A micro-batch's task attempt: ids from the query id, the Spark partition and the
+    attempt; the marker is batch id + 1 (micro-batches run one after another, so it only
+    grows)."""
+    return _identity(settings, query_id, partition_id, attempt, batch_id + 1)
 
-    wanted = sorted(set(partitions))
-    return asyncio.run(fence_all(wanted)) if wanted else []
+
+@dataclass(frozen=True)
+class PreparedTask:
+    """A task's open transaction, carried to the driver in its commit message."""
+
+    identity: TaskIdentity
+    transaction: PreparedTransaction
+    # wall-clock time (time.time()) before the transaction's first record: the coordinator
+    # aborts it transaction.timeout.ms after that, so the driver checks before committing
+    started_at: float
 
 
 class TransactionalTaskWriter(TaskWriter):
-    """One task in one transaction: fence older attempts, skip if committed, write, commit."""
+    """One task attempt in one transaction: skip if committed, write, prepare — never commit."""
 
     def __init__(self, settings: SinkSettings, partition_id: int, attempt: int,
                  identity: TaskIdentity) -> None:
         self._identity = identity
+        # set by write(): the transaction for the driver to end (None: nothing to end)
+        self.prepared: PreparedTask | None = None
         super().__init__(settings, partition_id, attempt)
 
     def _connect(self) -> tuple[_LoopThread, Producer]:
@@ -145,32 +154,37 @@ class TransactionalTaskWriter(TaskWriter):
         """Nothing cached: write() closes this task's producer however it ends."""
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> TaskSummary:
-        """Write every row in one transaction with the task's marker, or raise.
+        """Write every row in this attempt's transaction and prepare it, or raise.
 
-        Returns a skipped summary when an earlier attempt committed the task already. Raises
-        ``KafkaSinkError`` when fenced by a newer attempt or when a record, the commit or the
-        coordinator fails (the transaction is aborted: read_committed consumers see none of
-        its rows). An exception from upstream aborts the transaction and passes unchanged.
+        Sets ``prepared`` for the driver, which commits the transaction if Spark keeps this
+        attempt. Returns a skipped summary, after consuming the input, when an earlier run
+        committed the task already. Raises ``KafkaSinkError`` when a record or the
+        coordinator fails (the transaction is aborted). An exception from upstream aborts the
+        transaction and passes unchanged.
         """
         source = iter(batches)
         first = next((b for b in source if b.num_rows), None)
         if first is None:  # nothing to write, nothing to mark: a re-run has nothing either
+            self._close()
             return TaskSummary(self._partition_id, self._attempt, 0, 0, ())
         try:
             try:
-                self._run(self._producer.start())  # fences older attempts (InitProducerId)
+                self._run(self._producer.start())  # aborts what an earlier run left open
                 if self._committed_before():
-                    logger.info("aiokprod sink: %s: already committed by an earlier attempt "
-                                "(transactional id %r); writing nothing", self._where,
-                                self._identity.transactional_id)
+                    logger.info("aiokprod sink: %s: already committed by an earlier run "
+                                "(marker group %r); consuming its input, writing nothing",
+                                self._where, self._identity.group_id)
+                    for _ in source:  # Spark expects the input read to its end
+                        pass
                     return TaskSummary(self._partition_id, self._attempt, 0, 0, (),
                                        skipped=True)
+                started_at = time.time()
                 self._producer.begin_transaction()
             except Exception as exc:
                 raise self._sink_error(exc, "could not start its transaction") from exc
             try:
                 summary = super().write(itertools.chain([first], source))
-                self._run(self._commit())
+                transaction = self._run(self._producer.prepare_transaction())
             except BaseException as exc:
                 abort_error = self._abort_quietly()
                 fenced = _fenced(exc) or _fenced(abort_error)
@@ -183,7 +197,8 @@ class TransactionalTaskWriter(TaskWriter):
                         f"none of this attempt's rows") from exc.__cause__
                 if not isinstance(exc, KafkaError):
                     raise  # upstream (or an interrupt): unchanged, after the abort
-                raise self._sink_error(exc, "could not commit") from exc
+                raise self._sink_error(exc, "could not prepare its transaction") from exc
+            self.prepared = PreparedTask(self._identity, transaction, started_at)
             return summary
         finally:
             self._close()
@@ -201,16 +216,11 @@ class TransactionalTaskWriter(TaskWriter):
         committed = offsets.get(identity.marker)
         return committed is not None and committed >= identity.done_offset
 
-    async def _commit(self) -> None:
-        identity = self._identity
-        await self._producer.send_offsets_to_transaction(
-            {identity.marker: identity.done_offset}, identity.group_id)
-        await self._producer.commit_transaction()
-
     def _abort_quietly(self) -> BaseException | None:
         """Abort after a failure; returns what the abort raised (ProducerFencedError tells a
-        fenced attempt apart). A failed abort is left to the next attempt's InitProducerId or
-        the coordinator's transaction.timeout.ms: read_committed consumers never see it."""
+        fenced attempt apart). A failed abort is left to the driver's fencing, the next run's
+        InitProducerId or the coordinator's transaction.timeout.ms: read_committed consumers
+        never see it."""
         try:
             self._run(self._producer.abort_transaction())
         except Exception as exc:
@@ -220,6 +230,7 @@ class TransactionalTaskWriter(TaskWriter):
         return None
 
     def _close(self) -> None:
+        """Close the producer; a prepared transaction stays open for the driver."""
         try:
             self._loop_thread.submit(self._producer.close(timeout=_CLOSE_TIMEOUT_S)).result(
                 2 * _CLOSE_TIMEOUT_S)
@@ -231,15 +242,14 @@ class TransactionalTaskWriter(TaskWriter):
         txn_id = self._identity.transactional_id
         if isinstance(error, ProducerFencedError):
             return KafkaSinkError(
-                f"aiokprod sink: {self._where} was fenced: a newer attempt of the same task (a "
-                f"retry, or a speculative copy) started with transactional id {txn_id!r}; "
-                f"this attempt's rows were aborted and are never visible to read_committed "
-                f"consumers: ProducerFencedError: {error}")
+                f"aiokprod sink: {self._where} was fenced: another producer started with its "
+                f"transactional id {txn_id!r} (a re-run of the job or query); this attempt's "
+                f"rows were aborted and are never visible to read_committed consumers: "
+                f"ProducerFencedError: {error}")
         return KafkaSinkError(
             f"aiokprod sink: {self._where} {what} (transactional id {txn_id!r}): "
-            f"{type(error).__name__}: {error}. Its transaction either committed (the retry "
-            f"then finds the task's marker and writes nothing) or is aborted, by the retry's "
-            f"start or after transaction.timeout.ms (read_committed consumers never see it)")
+            f"{type(error).__name__}: {error}. Nothing of this attempt is visible: only the "
+            f"driver commits, and only the attempts Spark keeps")
 
 
 def _fenced(error: BaseException | None) -> ProducerFencedError | None:
@@ -250,3 +260,121 @@ def _fenced(error: BaseException | None) -> ProducerFencedError | None:
             return error
         error, seen = error.__cause__, seen + 1
     return None
+
+
+# -- the driver: commit or abort what the kept attempts prepared -------------------------------
+
+
+def commit_tasks(settings: SinkSettings, prepared: Sequence[PreparedTask]) -> None:
+    """Commit the kept attempts' transactions, each with its task's marker; raise if any can't.
+
+    First, if a transaction is so old that the coordinator may abort it before the commit
+    lands (transaction.timeout.ms), nothing is committed: all are aborted and the write fails
+    saying so — all or nothing. Then every transaction commits (EndTxn, concurrently);
+    afterwards the kept attempts' predecessors are fenced, which aborts what a failed attempt
+    left open. Runs in the driver's Python worker; each step bounded by max.block.ms.
+    """
+    if not prepared:
+        return
+    timeout_s = settings.transaction_timeout_ms / 1000
+    margin = min(10.0, timeout_s / 4)
+    now = time.time()
+    late = [p for p in prepared if now - p.started_at > timeout_s - margin]
+    if late:
+        problems = asyncio.run(_end_all(settings, prepared, commit=False))
+        oldest = max(now - p.started_at for p in late)
+        raise KafkaSinkError(
+            f"aiokprod sink: the write outlasted transaction.timeout.ms="
+            f"{settings.transaction_timeout_ms}: {len(late)} of {len(prepared)} tasks' "
+            f"transactions are {oldest:.1f} s old, too close to the coordinator aborting them, "
+            f"so none was committed and all were aborted (nothing of this write is visible"
+            f"{_problems(problems)}). Give kafka.transaction.timeout.ms room for the whole "
+            f"write (every wave of tasks, up to the broker's transaction.max.timeout.ms), or "
+            f"write less per job")
+    problems = asyncio.run(_end_all(settings, prepared, commit=True))
+    if problems:
+        raise KafkaSinkError(
+            f"aiokprod sink: {len(problems)} of {len(prepared)} tasks' transactions could not "
+            f"be committed{_problems(problems)}. The others are committed; Spark's abort() "
+            f"aborts what is still open")
+    superseded = [(p.identity, attempt) for p in prepared for attempt in range(p.identity.attempt)]
+    for problem in _fence(settings, [_attempt_id(i, a) for i, a in superseded]):
+        logger.warning("aiokprod sink: could not fence a superseded attempt's transactional "
+                       "id %s; read_committed consumers may wait up to transaction.timeout.ms "
+                       "for its transaction", problem)
+
+
+def abort_tasks(settings: SinkSettings, prepared: Sequence[PreparedTask],
+                unfinished: Sequence[int]) -> None:
+    """A failed write: abort the finished tasks' transactions and fence the ids of the
+    ``unfinished`` partitions' attempts (a batch write's: their ids are known), so nothing is
+    visible and read_committed consumers are not held at a dead attempt's records."""
+    for problem in asyncio.run(_end_all(settings, prepared, commit=False)):
+        logger.warning("aiokprod sink: could not abort %s", problem)
+    if settings.write_id is None or not unfinished:
+        return  # streaming: the next micro-batch's attempts reuse the ids, which fences them
+    ids = [batch_identity(settings, p, a).transactional_id
+           for p in unfinished for a in range(_FENCED_ATTEMPTS)]
+    for problem in _fence(settings, ids):
+        logger.warning("aiokprod sink: could not fence the unfinished task's transactional id "
+                       "%s; read_committed consumers may wait up to transaction.timeout.ms for "
+                       "its transaction", problem)
+
+
+def _attempt_id(identity: TaskIdentity, attempt: int) -> str:
+    return f"{identity.group_id}-{attempt}"
+
+
+def _problems(problems: list[str]) -> str:
+    return (": " + "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")) \
+        if problems else ""
+
+
+def _driver_config(settings: SinkSettings) -> dict[str, str]:
+    """The driver's own producer: no transactional id, no producer id of its own to fetch."""
+    config = dict(settings.producer_config)
+    config["enable.idempotence"] = "false"
+    config["acks"] = "1"
+    return config
+
+
+async def _end_all(settings: SinkSettings, prepared: Sequence[PreparedTask], *,
+                   commit: bool) -> list[str]:
+    """Commit (with markers) or abort every transaction; one line per failure."""
+    gate = asyncio.Semaphore(_DRIVER_CONCURRENCY)
+
+    async def end(task: PreparedTask) -> None:
+        identity = task.identity
+        async with gate:
+            await driver.complete_prepared_transaction(
+                task.transaction, commit=commit,
+                offsets={identity.marker: identity.done_offset} if commit else None,
+                group=identity.group_id if commit else None)
+
+    async with Producer.from_config(_driver_config(settings)) as driver:
+        outcomes = await asyncio.gather(*(end(t) for t in prepared), return_exceptions=True)
+    return [f"transactional id {t.identity.transactional_id!r}: {type(o).__name__}: {o}"
+            for t, o in zip(prepared, outcomes, strict=True) if isinstance(o, BaseException)]
+
+
+def _fence(settings: SinkSettings, transactional_ids: Sequence[str]) -> list[str]:
+    """InitProducerId with each id (aborting what it left open); one line per failure."""
+    async def fence(txn_id: str, gate: asyncio.Semaphore) -> None:
+        config = dict(settings.producer_config)
+        config["transactional.id"] = txn_id
+        async with gate:
+            producer = Producer.from_config(config)
+            try:
+                await producer.start()
+            finally:
+                await producer.close(timeout=_CLOSE_TIMEOUT_S)
+
+    async def fence_all(wanted: list[str]) -> list[str]:
+        gate = asyncio.Semaphore(_DRIVER_CONCURRENCY)
+        outcomes = await asyncio.gather(*(fence(t, gate) for t in wanted),
+                                        return_exceptions=True)
+        return [f"{t}: {type(o).__name__}: {o}" for t, o in zip(wanted, outcomes, strict=True)
+                if isinstance(o, BaseException)]
+
+    wanted = sorted(set(transactional_ids))
+    return asyncio.run(fence_all(wanted)) if wanted else []

@@ -15,7 +15,7 @@ it, find the same relative interpreter in the driver's working directory).
 Then the cases where separate processes matter, read back with confluent-kafka: a plain
 at-least-once write; and in the transactional mode a task that raises half-way, an executor's
 Python worker that ``os._exit``s half-way, and one that exits right after its transaction
-committed (the faults of ``test_spark_exactly_once.py``, from ``support.spark_faults``).
+was prepared (the faults of ``test_spark_exactly_once.py``, from ``support.spark_faults``).
 Spark retries a failed task on a cluster up to ``spark.task.maxFailures`` (4) times, possibly
 on the other executor.
 """
@@ -135,15 +135,84 @@ def test_a_transactional_task_failing_half_way_is_retried_and_its_rows_stay_hidd
     assert sorted(v for v, n in uncommitted.items() if n == 2) == list(range(2000))
 
 
-def test_a_transactional_task_that_committed_and_died_is_not_written_again(
+def test_a_transactional_task_that_wrote_and_died_is_hidden_and_its_retry_counts(
         cluster: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None) -> None:
-    """Partition 0's Python worker exits after its transaction committed, before its
-    executor reports the result: the retry finds the commit marker and writes nothing."""
+    """Partition 0's Python worker exits after its transaction was prepared, before its
+    executor reports the result: Spark never keeps that attempt, so the driver never commits
+    it (it aborts it, fencing the attempt's id); the retry's rows are the ones visible."""
     topic = kafka_topic(partitions=2)
-    cluster.dataSource.register(faulty_source("exit-after-commit"))
-    save(frame(cluster), kafka.bootstrap, topic, source="aiokprod-exit-after-commit")
+    cluster.dataSource.register(faulty_source("exit-after-write"))
+    save(frame(cluster), kafka.bootstrap, topic, source="aiokprod-exit-after-write")
     counts = read_counts(kafka.bootstrap, topic, ROWS)
     assert set(counts) == set(range(ROWS)) and set(counts.values()) == {1}
-    uncommitted = read_counts(kafka.bootstrap, topic, ROWS, "read_uncommitted")
-    assert sum(uncommitted.values()) == ROWS
+    uncommitted = read_counts(kafka.bootstrap, topic, ROWS + ROWS // 2, "read_uncommitted")
+    assert sorted(v for v, n in uncommitted.items() if n == 2) == list(range(ROWS // 2))
+
+
+def test_an_executor_killed_mid_write_loses_and_repeats_nothing(
+        cluster: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
+        small_arrow_batches: None, tmp_path: Path) -> None:
+    """The executor JVM running partition 0's first attempt is SIGKILLed from outside when a
+    UDF before the sink has passed 2,000 of its rows: the task is lost with its executor and
+    its Python workers, Spark runs it again on the other executor, and read_committed shows
+    every row once. (Last in the module: the cluster is one executor short afterwards, until
+    its Worker starts a new one.)"""
+    import signal
+    import threading
+
+    topic = kafka_topic(partitions=2)
+    rows = 20_000
+    found = tmp_path / "executor-pid"
+    seen = [0]
+
+    def hold_in_partition_0(value: str) -> str:
+        import os as os_
+        import time as clock
+        from pathlib import Path as P
+
+        from pyspark import TaskContext
+        context = TaskContext.get()
+        assert context is not None
+        if context.partitionId() == 0 and context.attemptNumber() == 0:
+            seen[0] += 1
+            if seen[0] == 2_000:
+                pid = os_.getpid()
+                while pid > 1:  # up to the executor JVM: the nearest `java` ancestor
+                    raw = P(f"/proc/{pid}/stat").read_text()
+                    close = raw.rfind(")")
+                    if raw[raw.find("(") + 1:close] == "java":
+                        break
+                    pid = int(raw[close + 2:].split()[1])
+                P(str(found)).write_text(str(pid))
+                deadline = clock.monotonic() + 60
+                while clock.monotonic() < deadline:  # until the executor is killed
+                    clock.sleep(0.05)
+        return value
+
+    killed: list[int] = []
+
+    def kill_the_executor() -> None:
+        deadline = time.monotonic() + 90
+        while not found.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if found.exists():
+            pid = int(found.read_text())
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    gateway = cluster.sparkContext._gateway
+    assert gateway is not None
+    killer = threading.Thread(target=kill_the_executor)
+    killer.start()
+    try:
+        from pyspark.sql.functions import udf
+        df = frame(cluster, rows).select(udf(hold_in_partition_0, "string")("value")
+                                         .alias("value"))
+        save(df, kafka.bootstrap, topic)
+    finally:
+        killer.join(120)
+    assert killed and killed[0] != gateway.proc.pid, "no executor was killed"
+    counts = read_counts(kafka.bootstrap, topic, rows, timeout=60)
+    assert set(counts) == set(range(rows)), f"{rows - len(counts)} rows missing"
+    assert set(counts.values()) == {1}, "a row is visible twice"

@@ -21,6 +21,10 @@ mode): docs/spark.md ("Exactly-once") lists what each then showed.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -40,7 +44,12 @@ from aiokprod.producer import transaction_manager
 from aiokprod.spark import KafkaDataSource, KafkaSinkError
 from aiokprod.spark._executor import close_all_producers
 from aiokprod.spark._options import settings_from
-from aiokprod.spark._transactional import TransactionalTaskWriter, batch_identity
+from aiokprod.spark._transactional import (
+    TransactionalTaskWriter,
+    abort_tasks,
+    batch_identity,
+    commit_tasks,
+)
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
 from support.spark_faults import ROWS, arrow_batches_of, faulty_source, frame, read_counts, save
@@ -85,40 +94,214 @@ def test_a_task_failing_half_way_is_retried_and_its_first_rows_stay_hidden(
     assert twice == list(range(2000))
 
 
-def test_a_task_that_committed_and_died_is_not_written_again(
+def test_a_task_that_wrote_and_died_before_spark_heard_is_never_committed(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None) -> None:
-    """The worker exits after partition 0's transaction committed, before Spark gets the
-    result: the retry finds the marker and writes nothing (a naive per-task commit would
-    write all 5,000 rows again)."""
+    """The worker exits after partition 0's transaction was prepared, before Spark gets the
+    result: Spark does not keep that attempt, so its transaction is never committed (the
+    driver aborts it by fencing its id); the retry's rows are the visible ones."""
     topic = kafka_topic(partitions=2)
-    spark.dataSource.register(faulty_source("exit-after-commit"))
-    save(frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-after-commit")
+    spark.dataSource.register(faulty_source("exit-after-write"))
+    save(frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-after-write")
     counts = read_counts(kafka.bootstrap, topic, ROWS)
     assert set(counts) == set(range(ROWS)) and set(counts.values()) == {1}
-    # nothing was aborted either: the retry never wrote
-    uncommitted = read_counts(kafka.bootstrap, topic, ROWS, "read_uncommitted")
-    assert sum(uncommitted.values()) == ROWS
+    # the dead attempt did write all its rows, hidden by the abort
+    uncommitted = read_counts(kafka.bootstrap, topic, ROWS + ROWS // 2, "read_uncommitted")
+    assert sorted(v for v, n in uncommitted.items() if n == 2) == list(range(ROWS // 2))
 
 
-def test_a_failed_job_leaves_its_dead_tasks_rows_invisible_and_readers_unblocked(
+def test_a_failed_job_leaves_nothing_visible_and_readers_unblocked(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None) -> None:
-    """Partition 0's worker dies half-way on both attempts: the job fails. Partition 1's
-    committed rows stay (a transaction per task); none of partition 0's are visible; and the
-    driver's abort fences partition 0's transactional id, so read_committed readers are not
-    held at the dead transaction's first record for transaction.timeout.ms (60 s): a later
-    write is readable at once."""
+    """Partition 0's worker dies half-way on both attempts: the job fails. Nothing of it is
+    visible — partition 1 finished, but only the driver commits, and it aborts instead (a
+    per-task commit left partition 1's 5,000 rows visible). The driver's abort also fences
+    partition 0's attempts' ids, so read_committed readers are not held at the dead
+    transactions' first records for transaction.timeout.ms: a later write is readable at
+    once."""
     topic = kafka_topic(partitions=2)
     spark.dataSource.register(faulty_source("exit-always"))
     with pytest.raises(Exception, match="Python worker exited unexpectedly|crashed"):
         save(frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-always")
-    # a later write to the topic is readable at once, not after the dead transaction's timeout
     later = spark.range(ROWS, ROWS + 1000, 1, 1).selectExpr("cast(id as string) as value")
     save(later, kafka.bootstrap, topic)
-    counts = read_counts(kafka.bootstrap, topic, ROWS // 2 + 1000, timeout=15)
-    assert sorted(counts) == list(range(ROWS // 2, ROWS + 1000))
+    counts = read_counts(kafka.bootstrap, topic, 1000, timeout=15)
+    assert sorted(counts) == list(range(ROWS, ROWS + 1000)), "a row of the failed job is visible"
     assert set(counts.values()) == {1}
+
+
+# -- faults upstream of the sink, and the driver's decision ------------------------------------
+
+UPSTREAM_ROWS = 20_000  # two partitions of 10,000 rows, Arrow batches of 1,000
+
+
+def _upstream(fault: str, at: int, *, partition: int = 0, every_attempt: bool = False,
+              ) -> Callable[[str], str]:
+    """A Python UDF before the sink (its own Python worker, not the sink's) whose task for
+    ``partition`` fails on its row number ``at`` (``raise``, or ``exit``: the worker ends
+    with ``os._exit``) on the first attempt, or on every one. Made in a function, so
+    cloudpickle ships it by value; its row counter is fresh in every task."""
+    seen = [0]
+
+    def upstream(value: str) -> str:
+        import os
+
+        from pyspark import TaskContext
+        context = TaskContext.get()
+        assert context is not None
+        if context.partitionId() == partition and (every_attempt
+                                                   or context.attemptNumber() == 0):
+            seen[0] += 1
+            if seen[0] == at:
+                if fault == "raise":
+                    raise RuntimeError("injected: the upstream function fails")
+                os._exit(1)
+        return value
+
+    return upstream
+
+
+def _through_upstream(spark: SparkSession, function: Callable[[str], str],
+                      rows: int = UPSTREAM_ROWS) -> Any:
+    from pyspark.sql.functions import udf
+    return frame(spark, rows).select(udf(function, "string")("value").alias("value"))
+
+
+@pytest.mark.parametrize("at", [100, 5_000, 10_000], ids=["start", "middle", "end"])
+@pytest.mark.parametrize("fault", ["raise", "exit"])
+def test_a_failure_upstream_of_the_sink_loses_nothing(
+        spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
+        small_arrow_batches: None, fault: str, at: int) -> None:
+    """The function before the sink fails in partition 0's first attempt; pyspark may end
+    the sink's input as if it were complete. Spark retries the task and the job succeeds:
+    every row once at read_committed (a sink committing when its input ended lost the rest
+    of the partition for good)."""
+    topic = kafka_topic(partitions=2)
+    save(_through_upstream(spark, _upstream(fault, at)), kafka.bootstrap, topic)
+    counts = read_counts(kafka.bootstrap, topic, UPSTREAM_ROWS)
+    assert sorted(set(range(UPSTREAM_ROWS)) - set(counts))[:5] == [], \
+        f"{UPSTREAM_ROWS - len(counts)} rows missing"
+    assert set(counts.values()) == {1}, "a row is visible twice"
+
+
+def test_a_job_failing_upstream_leaves_nothing_visible(
+        spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
+        small_arrow_batches: None) -> None:
+    """Partition 1's upstream function fails half-way on every attempt, so the job fails:
+    no row of it is visible (a per-task commit left partition 0's rows and those partition
+    1's attempts had before the failure), and a later write is readable at once."""
+    topic = kafka_topic(partitions=2)
+    with pytest.raises(Exception, match="injected: the upstream function fails"):
+        save(_through_upstream(spark, _upstream("raise", 4_000, partition=1,
+                                                every_attempt=True)),
+             kafka.bootstrap, topic)
+    later = spark.range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100, 1, 1).selectExpr(
+        "cast(id as string) as value")
+    save(later, kafka.bootstrap, topic)
+    counts = read_counts(kafka.bootstrap, topic, 100, timeout=15)
+    assert sorted(counts) == list(range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100)), \
+        f"{len(counts) - 100} rows of the failed job are visible"
+
+
+def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
+        spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
+        small_arrow_batches: None) -> None:
+    """transaction.timeout.ms 4 s, and partition 1's upstream stalls for 5 s after its first
+    1,500 rows (an Arrow batch of them reached the sink), so its transaction is too old when
+    the driver would commit: the write fails saying so (a sink committing per task committed
+    partition 0 and, 5 s later, partition 1), and nothing is visible."""
+    topic = kafka_topic(partitions=2)
+    seen = [0]
+
+    def slow_partition_1(value: str) -> str:
+        import time as clock
+
+        from pyspark import TaskContext
+        context = TaskContext.get()
+        if context is not None and context.partitionId() == 1:
+            seen[0] += 1
+            if seen[0] == 1_500:
+                clock.sleep(5)
+        return value
+
+    with pytest.raises(Exception, match="outlasted transaction.timeout.ms=4000"):
+        save(_through_upstream(spark, slow_partition_1, 4000), kafka.bootstrap, topic,
+             **{"kafka.transaction.timeout.ms": "4000"})
+    later = spark.range(5000, 5010, 1, 1).selectExpr("cast(id as string) as value")
+    save(later, kafka.bootstrap, topic)
+    counts = read_counts(kafka.bootstrap, topic, 10, timeout=15)
+    assert sorted(counts) == list(range(5000, 5010))
+
+
+def test_the_driver_dying_between_two_commits_and_a_rerun_give_every_row_once(
+        spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
+        small_arrow_batches: None) -> None:
+    """The driver's commit worker commits partition 0's transaction, then its process dies
+    (``os._exit``) before partition 1's: the job fails with partition 0 visible. Running the
+    same write again (same ``transactional.write.id``) skips partition 0, whose marker
+    committed with it, and writes partition 1: every row once."""
+    topic = kafka_topic(partitions=2)
+    write_id = f"rerun-{uuid.uuid4().hex[:8]}"
+
+    class DiesMidCommit(KafkaDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "aiokprod-dies-mid-commit"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            inner = super().writer(schema, overwrite)
+
+            class Writer(type(inner)):  # type: ignore[misc]
+                def commit(self, messages: Any) -> None:
+                    import os
+                    first = [m.prepared for m in messages if m is not None and m.prepared and
+                             m.partition_id == 0]
+                    commit_tasks(self.settings, first)
+                    os._exit(1)
+
+            return Writer(inner.settings)
+
+    spark.dataSource.register(DiesMidCommit)
+    options = {"transactional.write.id": write_id}
+    with pytest.raises(Exception):  # noqa: B017 - whatever Spark makes of a dead worker
+        save(frame(spark), kafka.bootstrap, topic, source="aiokprod-dies-mid-commit",
+             **options)
+    half = read_counts(kafka.bootstrap, topic, ROWS // 2)
+    assert sorted(half) == list(range(ROWS // 2)), "partition 0 was committed before the death"
+    save(frame(spark), kafka.bootstrap, topic, **options)
+    counts = read_counts(kafka.bootstrap, topic, ROWS)
+    assert set(counts) == set(range(ROWS)) and set(counts.values()) == {1}
+
+
+def test_the_driver_jvm_killed_during_its_commit_and_a_rerun_give_every_row_once(
+        spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
+        small_arrow_batches: None) -> None:
+    """A driver of its own (``support/spark_driver_dies.py``, another process) commits
+    partition 0's transaction and then its JVM is SIGKILLed: no ``abort()`` runs, partition
+    1's transaction is left open. Partition 0's rows are visible, partition 1's not. A re-run
+    of the write with the same ``transactional.write.id`` aborts the open transaction (its
+    attempt reuses the id), skips partition 0 (its marker committed with it) and writes
+    partition 1: every row once."""
+    topic = kafka_topic(partitions=2)
+    write_id = f"killed-{uuid.uuid4().hex[:8]}"
+    script = Path(__file__).parents[1] / "support" / "spark_driver_dies.py"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    driver = subprocess.Popen([sys.executable, str(script), kafka.bootstrap, topic, write_id,
+                               str(ROWS)], env=env, start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        output, _ = driver.communicate(timeout=240)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(30)
+    text = output.decode(errors="replace")
+    assert driver.returncode != 0 and "did not die" not in text, text[-3000:]
+    assert sorted(read_counts(kafka.bootstrap, topic, ROWS // 2)) == list(range(ROWS // 2)), \
+        text[-3000:]
+    save(frame(spark), kafka.bootstrap, topic, **{"transactional.write.id": write_id})
+    counts = read_counts(kafka.bootstrap, topic, ROWS)
+    assert set(counts) == set(range(ROWS)) and set(counts.values()) == {1}
 
 
 # -- two attempts of one task at once (speculative execution) --------------------------------
@@ -143,69 +326,101 @@ def _tagged(attempt: int, start: int, stop: int) -> pa.RecordBatch:
     return pa.record_batch({"value": pa.array([f"{i}-a{attempt}" for i in range(start, stop)])})
 
 
-def test_two_attempts_at_once_commit_one_attempts_rows(
+def _read_tagged(bootstrap: str, topic: str, expected: int) -> Counter[str]:
+    records = read_back(bootstrap, topic, expected=expected, timeout=30, settle=1.0)
+    return Counter(r.value.decode() for r in records if r.value is not None)
+
+
+def test_a_duplicate_attempt_after_the_kept_one_finished_does_not_abort_it(
         kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int) -> None:
-    """Speculation: a slow first attempt has sent half its rows when a second attempt of the
-    same task starts. The second fences the first (same transactional id) and commits; the
-    first fails with the fencing named; read_committed shows the second attempt's rows only.
-    Rows carry their attempt number so the two are told apart."""
+    """Speculation, the kept attempt first: attempt 0 prepares; a duplicate attempt 1 starts
+    after it finished and prepares too. Spark keeps attempt 0: the driver's commit of it
+    succeeds (with one transactional id per task, attempt 1's start fenced attempt 0 and
+    aborted the rows Spark kept), and only its rows are visible."""
     topic = kafka_topic(partitions=2)
     settings = _value_settings(kafka.bootstrap, topic)
-    identity = batch_identity(settings, 0)
-    half_sent, second_done = threading.Event(), threading.Event()
+    writers = [TransactionalTaskWriter(settings, 0, a, batch_identity(settings, 0, a))
+               for a in (0, 1)]
+    try:
+        for attempt, writer in enumerate(writers):
+            assert writer.write([_tagged(attempt, 0, 500)]).records == 500
+    finally:
+        close_all_producers()
+    kept, duplicate = (w.prepared for w in writers)
+    assert kept is not None and duplicate is not None
+    commit_tasks(settings, [kept])
+    abort_tasks(settings, [duplicate], [])
+    values = _read_tagged(kafka.bootstrap, topic, 500)
+    assert set(values) == {f"{i}-a0" for i in range(500)} and set(values.values()) == {1}
+
+
+def test_a_slow_attempt_is_fenced_when_the_driver_commits_a_later_one(
+        kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int) -> None:
+    """Speculation, the kept attempt second: a slow attempt 0 has sent half its rows when
+    attempt 1 runs and prepares. Spark keeps attempt 1; the driver commits it and fences
+    attempt 0's id, so attempt 0 fails naming the fencing and its rows stay hidden."""
+    topic = kafka_topic(partitions=2)
+    settings = _value_settings(kafka.bootstrap, topic)
+    half_sent, committed = threading.Event(), threading.Event()
     outcome: dict[int, Any] = {}
 
     def slow() -> Iterator[pa.RecordBatch]:
         yield _tagged(0, 0, 500)
-        time.sleep(0.5)  # in the log, uncommitted
         half_sent.set()
-        second_done.wait(60)
+        committed.wait(60)
         yield _tagged(0, 500, 1000)
 
-    def run(attempt: int, batches: Iterator[pa.RecordBatch]) -> None:
+    def run(attempt: int, batches: Iterator[pa.RecordBatch]) -> TransactionalTaskWriter:
+        writer = TransactionalTaskWriter(settings, 0, attempt, batch_identity(settings, 0,
+                                                                              attempt))
         try:
-            outcome[attempt] = TransactionalTaskWriter(settings, 0, attempt, identity).write(
-                batches)
+            outcome[attempt] = writer.write(batches)
         except Exception as exc:
             outcome[attempt] = exc
+        return writer
 
     first = threading.Thread(target=run, args=(0, slow()))
     first.start()
     try:
         assert half_sent.wait(30)
-        run(1, iter([_tagged(1, 0, 500), _tagged(1, 500, 1000)]))
+        second = run(1, iter([_tagged(1, 0, 500), _tagged(1, 500, 1000)]))
+        assert second.prepared is not None, outcome[1]
+        commit_tasks(settings, [second.prepared])
     finally:
-        second_done.set()
+        committed.set()
         first.join(60)
         close_all_producers()
-    assert not isinstance(outcome[1], Exception), outcome[1]
-    assert outcome[1].records == 1000 and not outcome[1].skipped
-    assert isinstance(outcome[0], KafkaSinkError)
-    assert "was fenced: a newer attempt of the same task" in str(outcome[0])
-    assert "ProducerFencedError" in str(outcome[0])
-    records = read_back(kafka.bootstrap, topic, expected=1000, timeout=30, settle=1.0)
-    values = Counter(r.value.decode() for r in records if r.value is not None)
+    assert isinstance(outcome[0], KafkaSinkError), outcome[0]
+    assert "was fenced" in str(outcome[0]) and "ProducerFencedError" in str(outcome[0])
+    values = _read_tagged(kafka.bootstrap, topic, 1000)
     assert set(values) == {f"{i}-a1" for i in range(1000)} and set(values.values()) == {1}
-    uncommitted = read_back(kafka.bootstrap, topic, expected=1500, timeout=30, settle=0.5,
-                            isolation_level="read_uncommitted")
-    assert sum(1 for r in uncommitted if r.value is not None and r.value.endswith(b"-a0")) \
-        == 500
 
 
-def test_an_attempt_starting_after_another_committed_writes_nothing(
+def test_a_rerun_with_the_same_write_id_skips_committed_tasks_and_consumes_their_input(
         kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int) -> None:
-    """The other order: the first attempt commits before the second starts; the second finds
-    the marker, writes nothing and succeeds (``skipped``)."""
+    """An attempt of a write whose task the driver already committed (a re-run with the same
+    ``transactional.write.id``) finds the marker, reads its input to the end and writes
+    nothing."""
     topic = kafka_topic()
     settings = _value_settings(kafka.bootstrap, topic)
-    identity = batch_identity(settings, 4)
+    first = TransactionalTaskWriter(settings, 4, 0, batch_identity(settings, 4, 0))
     try:
-        done = TransactionalTaskWriter(settings, 4, 0, identity).write([_tagged(0, 0, 300)])
-        again = TransactionalTaskWriter(settings, 4, 1, identity).write([_tagged(1, 0, 300)])
+        assert first.write([_tagged(0, 0, 300)]).records == 300
+        assert first.prepared is not None
+        commit_tasks(settings, [first.prepared])
+        consumed: list[int] = []
+
+        def input_() -> Iterator[pa.RecordBatch]:
+            for i in range(3):
+                consumed.append(i)
+                yield _tagged(1, i * 100, i * 100 + 100)
+
+        again = TransactionalTaskWriter(settings, 4, 0, batch_identity(settings, 4, 0))
+        summary = again.write(input_())
     finally:
         close_all_producers()
-    assert (done.records, done.skipped) == (300, False)
-    assert (again.records, again.skipped) == (0, True)
+    assert (summary.records, summary.skipped, again.prepared) == (0, True, None)
+    assert consumed == [0, 1, 2]
     records = read_back(kafka.bootstrap, topic, expected=300, timeout=30, settle=1.0,
                         isolation_level="read_uncommitted")
     assert sorted(r.value for r in records if r.value is not None) == sorted(
@@ -252,9 +467,10 @@ def _fence_leftovers(bootstrap: str, query_id: str, partitions: int) -> None:
     transaction.timeout.ms."""
     async def fence() -> None:
         for p in range(partitions):
-            async with Producer(bootstrap_servers=bootstrap, max_block_ms=20000,
-                                transactional_id=f"{PREFIX}-{query_id}-{p}"):
-                pass
+            for attempt in range(2):  # local[2,2]: two attempts per task
+                async with Producer(bootstrap_servers=bootstrap, max_block_ms=20000,
+                                    transactional_id=f"{PREFIX}-{query_id}-{p}-{attempt}"):
+                    pass
 
     asyncio.run(fence())
 
@@ -266,9 +482,10 @@ def _streamed(bootstrap: str, topic: str, at_least: int) -> Counter[int]:
 def test_streaming_replay_after_commit_lost_adds_nothing(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         tmp_path: Path) -> None:
-    """Micro-batch 2's tasks commit, then the driver-side commit fails (as a driver dying
-    before Spark records the batch): the query stops, Spark has not recorded batch 2. The
-    restarted query replays it, its tasks find their markers and write nothing."""
+    """The driver commits micro-batch 2's transactions in Kafka, then fails before Spark
+    records the batch (as a driver dying between Kafka's commit and Spark's commit log): the
+    query stops. The restarted query replays batch 2; its tasks find their markers, consume
+    their input and write nothing."""
     topic = kafka_topic(partitions=2)
     flag = tmp_path / "failed-once"
 
@@ -283,10 +500,10 @@ def test_streaming_replay_after_commit_lost_adds_nothing(
 
             class Writer(base):  # type: ignore[misc,valid-type]
                 def commit(self, messages: Any, batchId: int) -> None:
+                    super().commit(messages, batchId)
                     if batchId == 2 and not flag.exists():
                         flag.write_text("x")
                         raise RuntimeError("injected: the driver dies before recording batch 2")
-                    super().commit(messages, batchId)
 
             return Writer(inner.settings)
 
@@ -335,6 +552,73 @@ def test_streaming_stop_and_restart_loses_and_repeats_nothing(
     assert set(counts.values()) == {1}, "a row was written twice"
 
 
+def test_streaming_stopped_mid_micro_batch_and_restarted_loses_and_repeats_nothing(
+        spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
+        small_arrow_batches: None, tmp_path: Path) -> None:
+    """Micro-batch 2's partition 0 has gone through 2,000 of its rows when the query is
+    stopped; stopping cancels the task, whose sink input may end as if complete. The
+    restarted query replays batch 2: every row of every recorded batch once (a sink
+    committing when its input ended marked the partial partition done, losing its rest)."""
+    from pyspark.sql.functions import col, udf
+    topic = kafka_topic(partitions=2)
+    held, restarted = tmp_path / "held", tmp_path / "restarted"
+    per_batch = 10_000
+
+    seen = [0]
+
+    def hold_batch_2(value: str) -> str:
+        import time as clock
+        from pathlib import Path as P
+
+        from pyspark import TaskContext
+        context = TaskContext.get()
+        assert context is not None
+        if context.getLocalProperty("streaming.sql.batchId") == "2" and \
+                context.partitionId() == 0 and not P(str(restarted)).exists():
+            seen[0] += 1
+            if seen[0] == 2_000:
+                P(str(held)).write_text("x")
+                deadline = clock.monotonic() + 60
+                while not P(str(restarted)).exists() and clock.monotonic() < deadline:
+                    clock.sleep(0.05)
+        return value
+
+    def start() -> Any:
+        return (spark.readStream.format("rate-micro-batch")
+                .option("rowsPerBatch", per_batch).option("numPartitions", 2).load()
+                .select(udf(hold_batch_2, "string")(col("value").cast("string"))
+                        .alias("value"))
+                .writeStream.format("aiokprod")
+                .option("kafka.bootstrap.servers", kafka.bootstrap)
+                .option("kafka.linger.ms", "2").option("topic", topic)
+                .option("transactional", "true")
+                .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .trigger(processingTime="200 milliseconds").start())
+
+    first = start()
+    try:
+        deadline = time.monotonic() + 90
+        while not held.exists():
+            assert time.monotonic() < deadline, f"batch 2 never ran: {first.recentProgress}"
+            assert first.exception() is None, first.exception()
+            time.sleep(0.05)
+    finally:
+        first.stop()
+        restarted.write_text("x")
+    assert max(p["batchId"] for p in first.recentProgress) == 1  # batch 2 was not recorded
+    second = start()
+    try:
+        _run_until(second, 4)
+    finally:
+        second.stop()
+    _fence_leftovers(kafka.bootstrap, str(first.id), 2)
+    recorded = max(p["batchId"] for p in second.recentProgress)
+    counts = read_counts(kafka.bootstrap, topic, (recorded + 1) * per_batch, timeout=60)
+    missing = set(range((recorded + 1) * per_batch)) - set(counts)
+    assert not missing, f"{len(missing)} rows of recorded micro-batches are missing"
+    assert set(counts.values()) == {1}, "a row was written twice"
+
+
 # -- the transaction coordinator dies mid-write --------------------------------------------------
 
 
@@ -354,16 +638,18 @@ def _transaction_coordinator(cluster: KafkaCluster, transactional_id: str) -> in
     return cluster.leader_of("__transaction_state", index)
 
 
-def test_the_transaction_coordinator_dying_mid_write(
+@pytest.mark.parametrize("fault", ["pause", "pause-commit"], ids=["mid-write", "at-commit"])
+def test_the_transaction_coordinator_dying(
         spark: SparkSession, kafka_factory: Callable[..., KafkaCluster],
-        small_arrow_batches: None, tmp_path: Path) -> None:
-    """3 nodes (RF 3, min.insync.replicas 2): partition 0's task has sent 2,000 rows when its
-    transaction coordinator is killed (SIGKILL). The write either succeeds with every row
-    once, or fails naming the cause with nothing visible."""
+        small_arrow_batches: None, tmp_path: Path, fault: str) -> None:
+    """3 nodes (RF 3, min.insync.replicas 2): the transaction coordinator of partition 0's
+    task is killed (SIGKILL) when the task has sent 2,000 rows, or when the driver is about
+    to commit. The write either succeeds with every row once, or fails naming the cause with
+    nothing visible."""
     cluster = kafka_factory(brokers=3)
     topic = f"spark-coordinator-{uuid.uuid4().hex[:8]}"
     cluster.create_topic(topic, 2)
-    spark.dataSource.register(faulty_source("pause", tmp_path))
+    spark.dataSource.register(faulty_source(fault, tmp_path))
     rows = ROWS // 2
     killed: list[int] = []
 
@@ -384,7 +670,7 @@ def test_the_transaction_coordinator_dying_mid_write(
     failure: list[BaseException] = []
     try:
         save(frame(spark, rows, partitions=1), cluster.bootstrap, topic,
-              source="aiokprod-pause", **{"kafka.max.block.ms": "30000",
+              source=f"aiokprod-{fault}", **{"kafka.max.block.ms": "30000",
                                           "kafka.request.timeout.ms": "5000"})
     except Exception as exc:
         failure.append(exc)
@@ -420,6 +706,12 @@ def test_transactional_options_are_checked_on_the_driver() -> None:
                        "transactional.marker.topic": "m"}, value)
     with pytest.raises(ValueError, match="must not be empty"):
         settings_from({**base, "topic": "t", "transactional.id.prefix": " "}, value)
+    # a stable write id for re-runs; the transaction must last the whole write (15 min)
+    rerun = settings_from({**base, "topic": "t", "transactional.write.id": "daily"}, value)
+    assert (rerun.write_id, rerun.transaction_timeout_ms) == ("daily", 900_000)
+    with pytest.raises(ValueError, match="need 'transactional'='true'"):
+        settings_from({"kafka.bootstrap.servers": "h:1", "topic": "t",
+                       "transactional.write.id": "daily"}, value)
     # what each task's producer will be is checked too: transactions need idempotence
     with pytest.raises(ValueError, match="bad producer option.*idempotence"):
         settings_from({**base, "topic": "t", "kafka.enable.idempotence": "false"}, value)

@@ -353,10 +353,10 @@ def test_commit_logs_a_summary(caplog: pytest.LogCaptureFixture) -> None:
                        SinkCommitMessage(1, 0, 5, 50, (("t", 4), ("u", 1)))])
         writer.abort([SinkCommitMessage(0, 0, 10, 100, (("t", 10),)), None])
     assert caplog.messages == [
-        "aiokprod sink: wrote 15 records (150 bytes of keys and values) from 2 of 2 tasks; "
-        "per topic: t: 14, u: 1",
-        "aiokprod sink: write job failed; what the finished tasks wrote stays in Kafka "
-        "(at-least-once): 10 records (100 bytes of keys and values) from 1 of 2 tasks; "
+        "aiokprod sink: save() wrote 15 records (150 bytes of keys and values) from 2 of "
+        "2 tasks; per topic: t: 14, u: 1",
+        "aiokprod sink: save() failed (at-least-once: what the finished tasks wrote stays "
+        "in Kafka): 10 records (100 bytes of keys and values) from 1 of 2 tasks; "
         "per topic: t: 10",
     ]
 
@@ -391,8 +391,8 @@ def test_missing_topic_is_rejected(spark: SparkSession) -> None:
     ({"lingerMs": "5"}, "unknown option 'lingerms'"),
     ({"kafka.linger.ms": "soon"}, "linger.ms"),
     ({"transactional.id.prefix": "x"},
-     "options 'transactional.id.prefix' and 'transactional.marker.topic' need "
-     "'transactional'='true'"),
+     "options 'transactional.id.prefix', 'transactional.marker.topic' and "
+     "'transactional.write.id' need 'transactional'='true'"),
     ({"kafka.key.serializer": "x"}, "option 'kafka.key.serializer' is not supported"),
     ({"kafka.transactional.id": "x"}, "option 'kafka.transactional.id' is not supported"),
 ])

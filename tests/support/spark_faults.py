@@ -68,9 +68,10 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
     ``raise`` / ``exit``: after two Arrow batches were handed to the producer and are in the
     log (read uncommitted), raise / ``os._exit(1)`` (the Python worker dies mid-task).
     ``exit-always``: the same exit on every attempt, so the job fails.
-    ``exit-after-commit``: the task's write (transaction committed) returns, then the worker
+    ``exit-after-write``: the task's write (its transaction prepared) returns, then the worker
     exits before Spark hears of the result. ``pause``: after two batches, write the task's
     transactional id to ``sync_dir/paused`` and wait for ``sync_dir/resume``.
+    ``pause-commit``: the same pause in the driver's commit(), before anything commits.
     """
     sync = str(sync_dir) if sync_dir is not None else ""
 
@@ -103,7 +104,7 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
             if context.partitionId() != 0 or (context.attemptNumber() != 0
                                                and fault != "exit-always"):
                 return super().write(iterator)
-            if fault == "exit-after-commit":
+            if fault == "exit-after-write":
                 super().write(iterator)
                 os._exit(1)
             settings = self.settings
@@ -120,7 +121,7 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
                         if fault in ("exit", "exit-always"):
                             os._exit(1)
                         if fault == "pause":
-                            txn_id = batch_identity(settings, 0).transactional_id
+                            txn_id = batch_identity(settings, 0, 0).transactional_id
                             Path(sync, "paused").write_text(txn_id)
                             deadline = time.monotonic() + 60
                             while not Path(sync, "resume").exists() and \
@@ -133,12 +134,26 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
 
             return super().write(faulty())
 
+    class PausesAtCommit(KafkaArrowWriter):
+        """``pause-commit``: the driver's commit() writes partition 0's transactional id to
+        ``sync_dir/paused`` and waits for ``sync_dir/resume`` before committing."""
+
+        def commit(self, messages: Any) -> None:
+            [first] = [m for m in messages if m is not None and m.partition_id == 0]
+            Path(sync, "paused").write_text(first.prepared.identity.transactional_id)
+            deadline = time.monotonic() + 60
+            while not Path(sync, "resume").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            super().commit(messages)
+
     class FaultySource(KafkaDataSource):
         @classmethod
         def name(cls) -> str:
             return f"aiokprod-{fault}"
 
         def writer(self, schema: Any, overwrite: bool) -> KafkaArrowWriter:
-            return FaultyWriter(super().writer(schema, overwrite).settings)
+            settings = super().writer(schema, overwrite).settings
+            return PausesAtCommit(settings) if fault == "pause-commit" else \
+                FaultyWriter(settings)
 
     return FaultySource

@@ -1,0 +1,69 @@
+"""A Spark driver that dies during the sink's commit: run as a script, in a process of its own.
+
+``python spark_driver_dies.py BOOTSTRAP TOPIC WRITE_ID ROWS`` writes ``ROWS`` string values in 2
+Spark partitions through the exactly-once sink with ``transactional.write.id`` = WRITE_ID.
+The driver's commit commits partition 0's transaction, then SIGKILLs the driver's JVM — the
+process that holds the SparkContext, found as the commit worker's nearest ``java`` ancestor —
+and exits: no ``abort()`` runs, partition 1's transaction stays open. The test that runs this
+(``test_spark_exactly_once.py``) then re-runs the write with the same id.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def main(bootstrap: str, topic: str, write_id: str, rows: int) -> None:
+    from pyspark.sql import SparkSession
+
+    from aiokprod.spark import KafkaDataSource
+
+    class DriverDies(KafkaDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "aiokprod-driver-dies"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            inner = super().writer(schema, overwrite)
+
+            class Writer(type(inner)):  # type: ignore[misc]
+                def commit(self, messages: Any) -> None:
+                    from aiokprod.spark._transactional import commit_tasks
+                    commit_tasks(self.settings, [m.prepared for m in messages
+                                                 if m is not None and m.prepared
+                                                 and m.partition_id == 0])
+                    pid = os.getpid()
+                    while pid > 1:  # the driver JVM: the nearest `java` ancestor
+                        raw = Path(f"/proc/{pid}/stat").read_text()
+                        close = raw.rfind(")")
+                        if raw[raw.find("(") + 1:close] == "java":
+                            os.kill(pid, signal.SIGKILL)
+                            break
+                        pid = int(raw[close + 2:].split()[1])
+                    os._exit(1)
+
+            return Writer(inner.settings)
+
+    spark = (SparkSession.builder.master("local[2]").appName("aiokprod-driver-dies")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+             .getOrCreate())
+    spark.dataSource.register(DriverDies)
+    (spark.range(0, rows, 1, 2).selectExpr("cast(id as string) as value")
+     .write.format("aiokprod-driver-dies")
+     .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+     .option("transactional", "true").option("transactional.write.id", write_id)
+     .option("kafka.linger.ms", "5")
+     .mode("append").save())
+    print("the write returned: the driver did not die", flush=True)
+    sys.exit(3)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
