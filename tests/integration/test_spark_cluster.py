@@ -40,22 +40,16 @@ from support.spark_faults import (
     frame,
     read_counts,
     save,
+    write_killing_an_executor,
 )
-from support.spark_fixtures import SHIPPED_MARK, SHIPPED_ZIP
+from support.spark_fixtures import SHIPPED_MARK, SHIPPED_ZIP, wait_for_executors
 
 
 @pytest.fixture(scope="module")
 def cluster(spark_cluster: SparkSession) -> SparkSession:
-    """The local-cluster session once both executors have registered (bounded: 60 s)."""
-    tracker = spark_cluster.sparkContext._jsc.sc().statusTracker()
-    deadline = time.monotonic() + 60
-    # getExecutorInfos lists the driver too
-    while len(tracker.getExecutorInfos()) < 3:
-        if time.monotonic() > deadline:
-            pytest.fail("local-cluster: two executors did not register within 60 s",
-                        pytrace=False)
-        time.sleep(0.2)
-    return spark_cluster
+    """The local-cluster session once both executors have registered."""
+    result: SparkSession = wait_for_executors(spark_cluster)
+    return result
 
 
 @pytest.fixture
@@ -150,69 +144,13 @@ def test_a_transactional_task_that_wrote_and_died_is_hidden_and_its_retry_counts
     assert sorted(v for v, n in uncommitted.items() if n == 2) == list(range(ROWS // 2))
 
 
+
 def test_an_executor_killed_mid_write_loses_and_repeats_nothing(
         cluster: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None, tmp_path: Path) -> None:
-    """The executor JVM running partition 0's first attempt is SIGKILLed from outside when a
-    UDF before the sink has passed 2,000 of its rows: the task is lost with its executor and
-    its Python workers, Spark runs it again on the other executor, and read_committed shows
-    every row once. (Last in the module: the cluster is one executor short afterwards, until
-    its Worker starts a new one.)"""
-    import signal
-    import threading
-
+    """The executor JVM running partition 0's first attempt is SIGKILLed from outside
+    (``support.spark_faults.write_killing_an_executor``); its Python workers run under
+    Spark's daemon here (``test_spark_cluster_no_daemon.py``: without). Last in the module:
+    the cluster is one executor short afterwards, until its Worker starts a new one."""
     topic = kafka_topic(partitions=2)
-    rows = 20_000
-    found = tmp_path / "executor-pid"
-    seen = [0]
-
-    def hold_in_partition_0(value: str) -> str:
-        import os as os_
-        import time as clock
-        from pathlib import Path as P
-
-        from pyspark import TaskContext
-        context = TaskContext.get()
-        assert context is not None
-        if context.partitionId() == 0 and context.attemptNumber() == 0:
-            seen[0] += 1
-            if seen[0] == 2_000:
-                pid = os_.getpid()
-                while pid > 1:  # up to the executor JVM: the nearest `java` ancestor
-                    raw = P(f"/proc/{pid}/stat").read_text()
-                    close = raw.rfind(")")
-                    if raw[raw.find("(") + 1:close] == "java":
-                        break
-                    pid = int(raw[close + 2:].split()[1])
-                P(str(found)).write_text(str(pid))
-                deadline = clock.monotonic() + 60
-                while clock.monotonic() < deadline:  # until the executor is killed
-                    clock.sleep(0.05)
-        return value
-
-    killed: list[int] = []
-
-    def kill_the_executor() -> None:
-        deadline = time.monotonic() + 90
-        while not found.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if found.exists():
-            pid = int(found.read_text())
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-
-    gateway = cluster.sparkContext._gateway
-    assert gateway is not None
-    killer = threading.Thread(target=kill_the_executor)
-    killer.start()
-    try:
-        from pyspark.sql.functions import udf
-        df = frame(cluster, rows).select(udf(hold_in_partition_0, "string")("value")
-                                         .alias("value"))
-        save(df, kafka.bootstrap, topic)
-    finally:
-        killer.join(120)
-    assert killed and killed[0] != gateway.proc.pid, "no executor was killed"
-    counts = read_counts(kafka.bootstrap, topic, rows, timeout=60)
-    assert set(counts) == set(range(rows)), f"{rows - len(counts)} rows missing"
-    assert set(counts.values()) == {1}, "a row is visible twice"
+    write_killing_an_executor(cluster, kafka.bootstrap, topic, tmp_path)

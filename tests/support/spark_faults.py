@@ -157,3 +157,71 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
                 FaultyWriter(settings)
 
     return FaultySource
+
+
+def write_killing_an_executor(session: SparkSession, bootstrap: str, topic: str,
+                              sync_dir: Path, rows: int = 20_000) -> None:
+    """An exactly-once write of ``rows`` values in 2 partitions during which the executor JVM
+    running partition 0's first attempt is SIGKILLed, when a UDF before the sink has passed
+    2,000 of its rows; then every row must be visible once at read_committed.
+
+    The task is lost with its executor (and, without Spark's daemon, its Python workers are
+    orphaned and may run on), Spark runs it again on the other executor.
+    """
+    import signal
+    import threading
+
+    from pyspark.sql.functions import udf
+
+    found = sync_dir / "executor-pid"
+    seen = [0]
+
+    def hold_in_partition_0(value: str) -> str:
+        import os as os_
+        import time as clock
+        from pathlib import Path as P
+
+        from pyspark import TaskContext as Context
+        context = Context.get()
+        assert context is not None
+        if context.partitionId() == 0 and context.attemptNumber() == 0:
+            seen[0] += 1
+            if seen[0] == 2_000:
+                pid = os_.getpid()
+                while pid > 1:  # up to the executor JVM: the nearest `java` ancestor
+                    raw = P(f"/proc/{pid}/stat").read_text()
+                    close = raw.rfind(")")
+                    if raw[raw.find("(") + 1:close] == "java":
+                        break
+                    pid = int(raw[close + 2:].split()[1])
+                P(str(found)).write_text(str(pid))
+                deadline = clock.monotonic() + 60
+                while clock.monotonic() < deadline:  # until the executor is killed
+                    clock.sleep(0.05)
+        return value
+
+    killed: list[int] = []
+
+    def kill_the_executor() -> None:
+        deadline = time.monotonic() + 90
+        while not found.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if found.exists():
+            pid = int(found.read_text())
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    gateway = session.sparkContext._gateway
+    assert gateway is not None
+    killer = threading.Thread(target=kill_the_executor)
+    killer.start()
+    try:
+        df = frame(session, rows).select(udf(hold_in_partition_0, "string")("value")
+                                         .alias("value"))
+        save(df, bootstrap, topic)
+    finally:
+        killer.join(120)
+    assert killed and killed[0] != gateway.proc.pid, "no executor was killed"
+    counts = read_counts(bootstrap, topic, rows, timeout=60)
+    assert set(counts) == set(range(rows)), f"{rows - len(counts)} rows missing"
+    assert set(counts.values()) == {1}, "a row is visible twice"

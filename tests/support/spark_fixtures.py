@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -249,7 +250,23 @@ def spark_cluster(_spark_sessions: SparkSessions,
 
     Stopped at the module's end, so its executor JVMs do not outlive the module.
     """
+    yield from _cluster_session(_spark_sessions, tmp_path_factory, {})
+
+
+@pytest.fixture(scope="module")
+def spark_cluster_without_daemon(_spark_sessions: SparkSessions,
+                                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``spark_cluster`` with ``spark.python.use.daemon=false``: every Python worker is
+    started by its executor JVM directly (how Spark always runs them on Windows), so a worker
+    outlives a killed executor instead of dying with the daemon."""
+    yield from _cluster_session(_spark_sessions, tmp_path_factory,
+                                {"spark.python.use.daemon": "false"})
+
+
+def _cluster_session(sessions: SparkSessions, tmp_path_factory: pytest.TempPathFactory,
+                     config: dict[str, str]) -> Iterator[Any]:
     require_java()
+    sessions.stop()  # one SparkContext per process: a session of another shape ends first
     base = tmp_path_factory.mktemp("spark-cluster")
     shipped = zip_package(base / SHIPPED_ZIP)
     driver_dir = base / "driver"
@@ -264,9 +281,23 @@ def spark_cluster(_spark_sessions: SparkSessions,
         # what `spark-submit --py-files aiokprod.zip app.py` does, for a session made in Python
         "PYSPARK_SUBMIT_ARGS": f"--py-files {shipped} pyspark-shell",
     }
-    config = {"spark.archives": f"{environment}#environment"}
-    session = _spark_sessions.get(CLUSTER, env, config, cwd=driver_dir)
+    session = sessions.get(CLUSTER, env, {"spark.archives": f"{environment}#environment",
+                                          **config}, cwd=driver_dir)
     try:
         yield session
     finally:
-        _spark_sessions.stop()
+        sessions.stop()
+
+
+def wait_for_executors(session: Any, executors: int = 2) -> Any:
+    """``session`` once ``executors`` executors have registered (bounded: 60 s)."""
+    tracker = session.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + 60
+    # getExecutorInfos lists the driver too
+    while len(tracker.getExecutorInfos()) < executors + 1:
+        if time.monotonic() > deadline:
+            pytest.fail(f"local-cluster: {executors} executors did not register within 60 s",
+                        pytrace=False)
+        time.sleep(0.2)
+    return session
+
