@@ -29,7 +29,12 @@ from aiokprod.producer.coordinator import CoordinatorClient
 from aiokprod.producer.prepared import PreparedTransaction, complete_prepared
 from aiokprod.producer.sender import Sender
 from aiokprod.producer.transaction_manager import TransactionManager
-from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState, TxnEvent
+from aiokprod.producer.transactions import (
+    ConsumerGroupMetadata,
+    TransactionState,
+    TxnEvent,
+    next_state,
+)
 
 __all__ = ["TransactionalApi"]
 
@@ -122,14 +127,7 @@ class TransactionalApi:
                     f"commit_transaction(): the transaction cannot commit, abort it: "
                     f"{txn.abortable_error}") from txn.abortable_error
             txn.fire(TxnEvent.COMMIT_STARTED)
-            await self._await_batches(deadline, "commit_transaction()")
-            self._sync_txn_fatal()
-            txn.check_fatal()
-            if txn.must_abort:
-                raise TransactionAbortableError(
-                    f"commit_transaction(): a record of the transaction failed, abort it: "
-                    f"{txn.abortable_error}") from txn.abortable_error
-            await txn.wait_for_adds(deadline)
+            await self._flush_transaction(txn, deadline, "commit_transaction()")
             await txn.end(True, deadline)
         except KafkaError:
             self._sync_txn_fatal()
@@ -157,16 +155,8 @@ class TransactionalApi:
         started = time.perf_counter_ns()
         deadline = time.monotonic() + self._max_block / 1000
         try:
-            if txn.state is not TransactionState.IN_TRANSACTION:
-                txn.fire(TxnEvent.PREPARED)  # raises IllegalStateError, naming the state
-            await self._await_batches(deadline, "prepare_transaction()")
-            self._sync_txn_fatal()
-            txn.check_fatal()
-            if txn.must_abort:
-                raise TransactionAbortableError(
-                    f"prepare_transaction(): a record of the transaction failed, abort it: "
-                    f"{txn.abortable_error}") from txn.abortable_error
-            await txn.wait_for_adds(deadline)
+            next_state(txn.state, TxnEvent.PREPARED)  # IllegalStateError outside a transaction
+            await self._flush_transaction(txn, deadline, "prepare_transaction()")
             txn.fire(TxnEvent.PREPARED)
             return txn.prepared()
         except KafkaError:
@@ -333,6 +323,19 @@ class TransactionalApi:
         except Exception as exc:
             log.warning("[client %s] aborting the transaction failed too: %s",
                         self._config.client_id, exc)
+
+    async def _flush_transaction(self, txn: TransactionManager, deadline: float,
+                                 call: str) -> None:
+        """The first half of a commit: every record acknowledged, none failed, every
+        AddPartitionsToTxn answered; raises what stops the commit."""
+        await self._await_batches(deadline, call)
+        self._sync_txn_fatal()
+        txn.check_fatal()
+        if txn.must_abort:
+            raise TransactionAbortableError(
+                f"{call}: a record of the transaction failed, abort it: "
+                f"{txn.abortable_error}") from txn.abortable_error
+        await txn.wait_for_adds(deadline)
 
     async def _await_batches(self, deadline: float, call: str) -> None:
         """Wait for every batch of the transaction to be delivered or failed (max.block.ms)."""

@@ -306,15 +306,16 @@ def commit_tasks(settings: SinkSettings, prepared: Sequence[PreparedTask]) -> No
 
 def abort_tasks(settings: SinkSettings, prepared: Sequence[PreparedTask],
                 unfinished: Sequence[int]) -> None:
-    """A failed write: abort the finished tasks' transactions and fence the ids of the
-    ``unfinished`` partitions' attempts (a batch write's: their ids are known), so nothing is
-    visible and read_committed consumers are not held at a dead attempt's records."""
+    """A failed write: abort the finished tasks' transactions and fence the ids of their
+    earlier attempts and of the ``unfinished`` partitions' attempts (a batch write's: their ids
+    are known), so nothing is visible and read_committed consumers are not held at a dead
+    attempt's records."""
     for problem in asyncio.run(_end_all(settings, prepared, commit=False)):
         logger.warning("aiokprod sink: could not abort %s", problem)
-    if settings.write_id is None or not unfinished:
-        return  # streaming: the next micro-batch's attempts reuse the ids, which fences them
-    ids = [batch_identity(settings, p, a).transactional_id
-           for p in unfinished for a in range(_FENCED_ATTEMPTS)]
+    ids = [_attempt_id(p.identity, a) for p in prepared for a in range(p.identity.attempt)]
+    if settings.write_id is not None:  # streaming: the next micro-batch reuses the ids
+        ids += [batch_identity(settings, p, a).transactional_id
+                for p in unfinished for a in range(_FENCED_ATTEMPTS)]
     for problem in _fence(settings, ids):
         logger.warning("aiokprod sink: could not fence the unfinished task's transactional id "
                        "%s; read_committed consumers may wait up to transaction.timeout.ms for "
