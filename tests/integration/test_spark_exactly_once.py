@@ -132,46 +132,51 @@ def test_a_failed_job_leaves_nothing_visible_and_readers_unblocked(
 
 # -- faults upstream of the sink, and the driver's decision ------------------------------------
 
-UPSTREAM_ROWS = 20_000  # two partitions of 10,000 rows, Arrow batches of 1,000
+# two partitions of 10 Arrow batches of 10,000 rows (Spark's default batch size): a fault then
+# meets batches in flight between the upstream worker, the JVM and the sink's worker
+UPSTREAM_ROWS = 200_000
 
 
 def _upstream(fault: str, at: int, *, partition: int = 0, every_attempt: bool = False,
-              ) -> Callable[[str], str]:
-    """A Python UDF before the sink (its own Python worker, not the sink's) whose task for
-    ``partition`` fails on its row number ``at`` (``raise``, or ``exit``: the worker ends
-    with ``os._exit``) on the first attempt, or on every one. Made in a function, so
-    cloudpickle ships it by value; its row counter is fresh in every task."""
-    seen = [0]
-
-    def upstream(value: str) -> str:
+              ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function before the sink (its own Python worker, not the sink's)
+    whose task for ``partition`` fails (``raise``, or ``exit``: the worker ends with
+    ``os._exit``) before its Arrow batch number ``at`` — 10 is after every batch went through
+    — on the first attempt, or on every one. Made in a function, so cloudpickle ships it by
+    value."""
+    def upstream(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import os
 
         from pyspark import TaskContext
         context = TaskContext.get()
         assert context is not None
-        if context.partitionId() == partition and (every_attempt
-                                                   or context.attemptNumber() == 0):
-            seen[0] += 1
-            if seen[0] == at:
-                if fault == "raise":
-                    raise RuntimeError("injected: the upstream function fails")
-                os._exit(1)
-        return value
+        failing = context.partitionId() == partition and (
+            every_attempt or context.attemptNumber() == 0)
+
+        def fail() -> None:
+            if fault == "raise":
+                raise RuntimeError("injected: the upstream function fails")
+            os._exit(1)
+
+        for i, batch in enumerate(batches):
+            if failing and i == at:
+                fail()
+            yield batch
+        if failing:
+            fail()
 
     return upstream
 
 
-def _through_upstream(spark: SparkSession, function: Callable[[str], str],
-                      rows: int = UPSTREAM_ROWS) -> Any:
-    from pyspark.sql.functions import udf
-    return frame(spark, rows).select(udf(function, "string")("value").alias("value"))
+def _through_upstream(spark: SparkSession, function: Any, rows: int = UPSTREAM_ROWS) -> Any:
+    return frame(spark, rows).mapInArrow(function, "value string")
 
 
-@pytest.mark.parametrize("at", [100, 5_000, 10_000], ids=["start", "middle", "end"])
+@pytest.mark.parametrize("at", [2, 5, 10], ids=["start", "middle", "end"])
 @pytest.mark.parametrize("fault", ["raise", "exit"])
 def test_a_failure_upstream_of_the_sink_loses_nothing(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
-        small_arrow_batches: None, fault: str, at: int) -> None:
+        fault: str, at: int) -> None:
     """The function before the sink fails in partition 0's first attempt; pyspark may end
     the sink's input as if it were complete. Spark retries the task and the job succeeds:
     every row once at read_committed (a sink committing when its input ended lost the rest
@@ -184,15 +189,73 @@ def test_a_failure_upstream_of_the_sink_loses_nothing(
     assert set(counts.values()) == {1}, "a row is visible twice"
 
 
-def test_a_job_failing_upstream_leaves_nothing_visible(
+@pytest.mark.parametrize("kafka_release", ["3.9.1"], indirect=True)
+def test_a_failure_upstream_on_kafka_3_9_with_transaction_version_1(
+        spark: SparkSession, kafka_release: KafkaCluster) -> None:
+    """The same on Apache Kafka 3.9.1, where every transaction is version 1 (KIP-98:
+    AddPartitionsToTxn, no epoch bump at EndTxn): the driver's EndTxn by producer id and
+    epoch commits the kept attempt's transaction there too."""
+    topic = f"spark-tv1-{uuid.uuid4().hex[:8]}"
+    kafka_release.create_topic(topic, 2)
+    save(_through_upstream(spark, _upstream("exit", 5)), kafka_release.bootstrap, topic)
+    counts = read_counts(kafka_release.bootstrap, topic, UPSTREAM_ROWS)
+    assert set(counts) == set(range(UPSTREAM_ROWS)) and set(counts.values()) == {1}
+
+
+def test_a_cancelled_job_leaves_nothing_visible(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
-        small_arrow_batches: None) -> None:
+        small_arrow_batches: None, tmp_path: Path) -> None:
+    """The job is cancelled (``SparkContext.cancelAllJobs``) while partition 0's upstream
+    holds before its fourth Arrow batch: the cancelled tasks' sink inputs may end as if
+    complete, but the driver never commits, so nothing of the write is visible and a later
+    write is readable at once."""
+    topic = kafka_topic(partitions=2)
+    held = tmp_path / "held"
+
+    def hold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import time as clock
+        from pathlib import Path as P
+
+        from pyspark import TaskContext
+        context = TaskContext.get()
+        for i, batch in enumerate(batches):
+            if context is not None and context.partitionId() == 0 and i == 3:
+                P(str(held)).write_text("x")
+                deadline = clock.monotonic() + 60
+                while clock.monotonic() < deadline:  # until the task is cancelled
+                    clock.sleep(0.05)
+            yield batch
+
+    def cancel_when_held() -> None:
+        deadline = time.monotonic() + 90
+        while not held.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        spark.sparkContext.cancelAllJobs()
+
+    canceller = threading.Thread(target=cancel_when_held)
+    canceller.start()
+    try:
+        with pytest.raises(Exception, match="cancel"):
+            save(_through_upstream(spark, hold), kafka.bootstrap, topic)
+    finally:
+        canceller.join(120)
+    assert held.exists()
+    later = spark.range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100, 1, 1).selectExpr(
+        "cast(id as string) as value")
+    save(later, kafka.bootstrap, topic)
+    counts = read_counts(kafka.bootstrap, topic, 100, timeout=15)
+    assert sorted(counts) == list(range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100)), \
+        f"{len(counts) - 100} rows of the cancelled job are visible"
+
+
+def test_a_job_failing_upstream_leaves_nothing_visible(
+        spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str]) -> None:
     """Partition 1's upstream function fails half-way on every attempt, so the job fails:
     no row of it is visible (a per-task commit left partition 0's rows and those partition
     1's attempts had before the failure), and a later write is readable at once."""
     topic = kafka_topic(partitions=2)
     with pytest.raises(Exception, match="injected: the upstream function fails"):
-        save(_through_upstream(spark, _upstream("raise", 4_000, partition=1,
+        save(_through_upstream(spark, _upstream("raise", 4, partition=1,
                                                 every_attempt=True)),
              kafka.bootstrap, topic)
     later = spark.range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100, 1, 1).selectExpr(
@@ -207,22 +270,19 @@ def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None) -> None:
     """transaction.timeout.ms 4 s, and partition 1's upstream stalls for 5 s after its first
-    1,500 rows (an Arrow batch of them reached the sink), so its transaction is too old when
+    Arrow batch (which reached the sink), so its transaction is too old when
     the driver would commit: the write fails saying so (a sink committing per task committed
     partition 0 and, 5 s later, partition 1), and nothing is visible."""
     topic = kafka_topic(partitions=2)
-    seen = [0]
-
-    def slow_partition_1(value: str) -> str:
+    def slow_partition_1(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import time as clock
 
         from pyspark import TaskContext
         context = TaskContext.get()
-        if context is not None and context.partitionId() == 1:
-            seen[0] += 1
-            if seen[0] == 1_500:
+        for i, batch in enumerate(batches):
+            if context is not None and context.partitionId() == 1 and i == 1:
                 clock.sleep(5)
-        return value
+            yield batch
 
     with pytest.raises(Exception, match="outlasted transaction.timeout.ms=4000"):
         save(_through_upstream(spark, slow_partition_1, 4000), kafka.bootstrap, topic,
@@ -555,39 +615,36 @@ def test_streaming_stop_and_restart_loses_and_repeats_nothing(
 def test_streaming_stopped_mid_micro_batch_and_restarted_loses_and_repeats_nothing(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None, tmp_path: Path) -> None:
-    """Micro-batch 2's partition 0 has gone through 2,000 of its rows when the query is
-    stopped; stopping cancels the task, whose sink input may end as if complete. The
+    """Micro-batch 2's partition 0 has gone through 2 of its 5 Arrow batches when the query
+    is stopped; stopping cancels the task, whose sink input may end as if complete. The
     restarted query replays batch 2: every row of every recorded batch once (a sink
     committing when its input ended marked the partial partition done, losing its rest)."""
-    from pyspark.sql.functions import col, udf
     topic = kafka_topic(partitions=2)
     held, restarted = tmp_path / "held", tmp_path / "restarted"
     per_batch = 10_000
 
-    seen = [0]
-
-    def hold_batch_2(value: str) -> str:
+    def hold_batch_2(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import time as clock
         from pathlib import Path as P
 
         from pyspark import TaskContext
         context = TaskContext.get()
         assert context is not None
-        if context.getLocalProperty("streaming.sql.batchId") == "2" and \
-                context.partitionId() == 0 and not P(str(restarted)).exists():
-            seen[0] += 1
-            if seen[0] == 2_000:
+        hold = (context.getLocalProperty("streaming.sql.batchId") == "2"
+                and context.partitionId() == 0 and not P(str(restarted)).exists())
+        for i, batch in enumerate(batches):
+            if hold and i == 2:
                 P(str(held)).write_text("x")
                 deadline = clock.monotonic() + 60
                 while not P(str(restarted)).exists() and clock.monotonic() < deadline:
                     clock.sleep(0.05)
-        return value
+            yield batch
 
     def start() -> Any:
         return (spark.readStream.format("rate-micro-batch")
                 .option("rowsPerBatch", per_batch).option("numPartitions", 2).load()
-                .select(udf(hold_batch_2, "string")(col("value").cast("string"))
-                        .alias("value"))
+                .selectExpr("cast(value as string) as value")
+                .mapInArrow(hold_batch_2, "value string")
                 .writeStream.format("aiokprod")
                 .option("kafka.bootstrap.servers", kafka.bootstrap)
                 .option("kafka.linger.ms", "2").option("topic", topic)
