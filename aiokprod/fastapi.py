@@ -85,6 +85,8 @@ def producer_lifespan(
         producer = Producer(bootstrap_servers, **settings)
         await producer.start()
         setattr(app.state, state_attribute, producer)
+        # where get_producer and the error handlers look for it
+        app.state.aiokprod_state_attribute = state_attribute
         try:
             if lifespan is None:
                 yield
@@ -98,9 +100,15 @@ def producer_lifespan(
     return run
 
 
+def _app_producer(app: Any) -> Any:
+    """The producer ``producer_lifespan`` stored, under the attribute it was told to use."""
+    state = app.state
+    return getattr(state, getattr(state, "aiokprod_state_attribute", "producer"), None)
+
+
 def get_producer(request: Request) -> Producer:
     """The app's producer (a FastAPI dependency); set up by ``producer_lifespan``."""
-    producer = getattr(request.app.state, "producer", None)
+    producer = _app_producer(request.app)
     if producer is None:
         raise RuntimeError("no producer on app.state: create the app with "
                            "FastAPI(lifespan=producer_lifespan(...))")
@@ -132,10 +140,10 @@ def install_error_handlers(app: FastAPI, *, retry_after_s: int = 1) -> None:
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, KafkaError)
-        producer = getattr(request.app.state, "producer", None)
+        producer = _app_producer(request.app)
         if producer is not None and not isinstance(exc, RecordTooLargeError):
             health = producer.health()
-            if health.state == "fatal":  # say why, and never suggest a retry soon
+            if health.state == "fatal":  # say why; this instance is no longer ready
                 return JSONResponse({"error": type(exc).__name__, "detail": str(exc),
                                      "producer": health.reason}, status_code=503,
                                     headers={"Retry-After": str(retry_after_s)})
