@@ -168,8 +168,11 @@ def test_fastapi_example_serves_from_a_clean_venv_and_bounds_a_stalled_request(
         assert "kafka_producer_record_send_total" in metrics.text
         with frozen(broker.pid):
             started = time.monotonic()
-            stalled = client.post("/events/events", content=b"stalled")
+            stalled = client.post("/events/events", content=b"stalled",
+                                  headers={"Idempotency-Key": "stalled-1"})
             took = time.monotonic() - started
+            ready = client.get("/readyz")
         assert stalled.status_code == 503, stalled.text
-        assert stalled.headers.get("Retry-After") == "1"
+        assert stalled.headers.get("Retry-After") == "1"  # safe: it carries a key
+        assert ready.status_code == 503, ready.text
         assert took < 5.0 + 2.0, took
