@@ -46,6 +46,10 @@ def test_the_site_builds_strictly(built_site: Path) -> None:
         assert (site / name).is_file(), page.name
     errors = (site / "api/errors/index.html").read_text(encoding="utf-8")
     assert 'id="aiokprod.errors.KafkaTimeoutError"' in errors
+    # the docstrings are Markdown: reStructuredText's "::" before a literal block is shown as
+    # is (the error tree is an indented code block without it)
+    for page in sorted(site.glob("api/*/index.html")):
+        assert "<p>::</p>" not in page.read_text(encoding="utf-8"), page
     assert "NotLeaderOrFollowerError" in errors
     assert 'id="aiokprod.hooks.Serializer"' in (site / "api/hooks/index.html").read_text(
         encoding="utf-8")
