@@ -55,9 +55,9 @@ def _copier(bootstrap: str, source: str, sink: str, group: str, consumer: str,
 def _stop_in_an_open_transaction(process: subprocess.Popen[str], bootstrap: str, sink: str,
                                  at_least: int, timeout: float) -> int:
     """Let the copier commit ``at_least`` records, then stop it (SIGSTOP) in a transaction
-    whose records are on the broker, uncommitted: after its "committing" line (offsets sent,
-    commit not yet) and once a read_uncommitted reader sees more than was committed. Returns
-    the records committed."""
+    whose records are on the broker, uncommitted: stopped after its "committing" line (offsets
+    sent, commit not yet), a read_uncommitted reader sees more than was committed and a
+    read_committed one no more. Returns the records committed."""
     assert process.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + timeout
@@ -76,11 +76,23 @@ def _stop_in_an_open_transaction(process: subprocess.Popen[str], bootstrap: str,
         if not (line.startswith("committing ") and committed >= at_least):
             continue
         process.send_signal(signal.SIGSTOP)
-        seen = read_back(bootstrap, sink, expected=committed + 1, timeout=5,
-                         isolation_level="read_uncommitted")
-        if len(seen) > committed:
+        # it may have run on before the signal landed: take what it printed meanwhile
+        while select.select([process.stdout], [], [], 0)[0]:
+            more = process.stdout.readline()
+            if not more:
+                break
+            lines.append(more.rstrip())
+        done = [x for x in lines if x.startswith("committed ")]
+        committed = int(done[-1].split("(")[1].split()[0])
+        open_now = lines[-1].startswith("committing ") and len(read_back(
+            bootstrap, sink, expected=committed + 1, timeout=5,
+            isolation_level="read_uncommitted")) > committed and len(read_back(
+                # no EndTxn went out before the stop: nothing beyond is committed
+                bootstrap, sink, expected=committed + 1, timeout=2,
+                isolation_level="read_committed")) == committed
+        if open_now:
             return committed
-        process.send_signal(signal.SIGCONT)  # not delivered yet: the next batch then
+        process.send_signal(signal.SIGCONT)  # past it, or not delivered yet: the next batch
 
 
 @pytest.mark.parametrize("consumer", ["aiokafka", "confluent"])
