@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         BufferExhaustedError,
         ClientRequestTimeoutError,
         ConfigError,
+        ErrorCategory,
         IllegalStateError,
         IllegalTopicNameError,
         KafkaConnectionError,
@@ -25,9 +26,12 @@ if TYPE_CHECKING:
         KafkaTimeoutError,
         ProducerClosedError,
         ProducerFencedError,
+        ProtocolError,
         RecordTooLargeError,
         SerializationError,
         TransactionAbortableError,
+        TransactionAbortedError,
+        UnrecognizedBrokerError,
     )
     from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
     from aiokprod.network.security import OAuthToken
@@ -47,6 +51,7 @@ _ERRORS = (
     "BufferExhaustedError",
     "ClientRequestTimeoutError",
     "ConfigError",
+    "ErrorCategory",
     "IllegalStateError",
     "IllegalTopicNameError",
     "KafkaConnectionError",
@@ -54,9 +59,12 @@ _ERRORS = (
     "KafkaTimeoutError",
     "ProducerClosedError",
     "ProducerFencedError",
+    "ProtocolError",
     "RecordTooLargeError",
     "SerializationError",
     "TransactionAbortableError",
+    "TransactionAbortedError",
+    "UnrecognizedBrokerError",
 )
 _LAZY = {
     **{name: "aiokprod.errors" for name in _ERRORS},
@@ -84,6 +92,7 @@ __all__ = [
     "ClientRequestTimeoutError",
     "ConfigError",
     "ConsumerGroupMetadata",
+    "ErrorCategory",
     "HeaderColumn",
     "IllegalStateError",
     "IllegalTopicNameError",
@@ -100,12 +109,15 @@ __all__ = [
     "ProducerHealth",
     "ProducerInterceptor",
     "ProducerSettings",
+    "ProtocolError",
     "RecordMetadata",
     "RecordTooLargeError",
     "SendManyResult",
     "SerializationError",
     "Serializer",
     "TransactionAbortableError",
+    "TransactionAbortedError",
+    "UnrecognizedBrokerError",
     "__version__",
 ]
 

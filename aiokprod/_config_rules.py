@@ -35,6 +35,25 @@ SECRETS = ("sasl_password", "ssl_password", "sasl_oauthbearer_client_credentials
             "sasl_oauthbearer_assertion_private_key_passphrase")
 # Other clients' names for our settings (confluent-kafka / librdkafka), read by from_mapping.
 ALIASES = {"sasl.mechanisms": "sasl_mechanism"}
+# Java settings with no counterpart here, and what to give instead: the closest known name
+# would mislead (ssl.truststore.location is nearest to ssl.certificate.location, the client's
+# own certificate, not the CAs a trust store holds).
+_TRUSTSTORE = ("Java trust stores (JKS, PKCS12) are not supported: give the CA certificates "
+               "as a PEM file with ssl.ca.location")
+_KEYSTORE = ("Java key stores (JKS, PKCS12) are not supported: give the client certificate "
+             "and its key as PEM files with ssl.certificate.location and ssl.key.location "
+             "(ssl.key.password for an encrypted key)")
+JAVA_ONLY = {
+    "ssl.truststore.location": _TRUSTSTORE,
+    "ssl.truststore.password": _TRUSTSTORE,
+    "ssl.truststore.type": _TRUSTSTORE,
+    "ssl.truststore.certificates": _TRUSTSTORE,
+    "ssl.keystore.location": _KEYSTORE,
+    "ssl.keystore.password": _KEYSTORE,
+    "ssl.keystore.type": _KEYSTORE,
+    "ssl.keystore.key": _KEYSTORE,
+    "ssl.keystore.certificate.chain": _KEYSTORE,
+}
 RECORDING_LEVELS: tuple[str, ...] = get_args(RecordingLevel)
 DNS_LOOKUPS: tuple[str, ...] = get_args(DnsLookup)
 _GRANT_TYPES: tuple[str, ...] = get_args(OAuthGrantType)

@@ -435,7 +435,25 @@ def format_report(result: PerfResult) -> str:
     width = max((len(k) for k in result.metrics), default=0)
     for key, value in result.metrics.items():
         lines.append(f"  {key:<{width}}  {value:,.3f}")
+    window = _rate_window_s(result.config)
+    rates = [k for k in result.metrics if k.partition("{")[0].endswith("-rate")]
+    if rates and result.elapsed_s < window:
+        # Java's rates divide by at least (num.samples - 1) whole windows, 30 s by default:
+        # after a run of a fraction of a second record-send-rate reads a few thousand while
+        # the run sent hundreds of thousands per second. Say so next to the number.
+        lines.append(
+            f"  (the *-rate metrics are per second over the last {window:g} s at least, as "
+            f"Java's: metrics.sample.window.ms x (metrics.num.samples - 1); this "
+            f"{result.elapsed_s:.2f} s run sent {result.records_per_sec:,.0f} records/sec)")
     return "\n".join(lines)
+
+
+def _rate_window_s(config: Mapping[str, Any]) -> float:
+    """The shortest span a windowed ``-rate`` metric divides by (``_sensors``: Java's
+    ``SampledStat`` rule), from the run's producer settings (Java names)."""
+    window_ms = float(config.get("metrics.sample.window.ms", 30000))
+    samples = int(config.get("metrics.num.samples", 2))
+    return max(window_ms * (samples - 1), 1.0) / 1000
 
 
 def default_progress_stream(enabled: bool | None) -> TextIO | None:

@@ -42,6 +42,7 @@ from aiokprod._config_rules import (
     FLOAT_RANGES,
     INT_MAX,
     INT_RANGES,
+    JAVA_ONLY,
     RECORDING_LEVELS,
     RECOVERY_STRATEGIES,
     SASL_MECHANISMS,
@@ -414,6 +415,8 @@ class ProducerConfig:
             name = by_java.get(key) or ALIASES.get(key) or (
                 key if key in params and key != "self" else None)
             if name is None:
+                if key in JAVA_ONLY:
+                    raise ConfigError(f"Unsupported configuration {key!r}: {JAVA_ONLY[key]}")
                 known = list(by_java) + names
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""

@@ -1,7 +1,5 @@
 """Every exception aiokprod raises, in one tree.
 
-::
-
     Exception
      └── KafkaError                              code, retriable, message
           ├── BrokerResponseError                an error code returned by a broker

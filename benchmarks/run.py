@@ -20,9 +20,13 @@ Sections:
 4. **Memory** — peak RSS of the client against ``buffer.memory`` 4/16/32/64 MiB: after warm-up
    the mock cluster stalls (60 s RTT) and the client sends 1 KiB records until ``send`` blocks
    for ``max.block.ms`` because the buffer is full (``aiokprod-fill`` in client.py).
+5. **Per-record workloads** — ``benchmarks/per_record.py``: the patterns applications write
+   (confirm every record, keyed records, fire-and-forget, ``send_many``) for every client; its
+   table is the one docs/performance.md shows first, so ``make bench`` regenerates it.
 
-Results: ``benchmarks/results/results.json`` (every run), ``results.md`` (the tables) and
-``throughput.png`` (when matplotlib is installed). ``--quick`` is a smoke test of the machinery.
+Results: ``benchmarks/results/results.json`` (every run), ``results.md`` (the tables),
+``throughput.png`` (when matplotlib is installed), ``per_record.json`` and ``per_record.md``.
+``--quick`` is a smoke test of the machinery.
 """
 
 from __future__ import annotations
@@ -416,7 +420,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--buffers", nargs="+", type=int, default=[4, 16, 32, 64],
                         help="buffer.memory values in MiB for the memory section")
     parser.add_argument("--skip", nargs="+", default=[],
-                        choices=("compare", "latency", "window", "memory"))
+                        choices=("compare", "latency", "window", "memory", "per-record"))
+    parser.add_argument("--per-record-clients",
+                        help="per_record.py's --clients (default: all of its clients)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 5k records, 1 round, small side sections")
@@ -447,8 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         results["window"] = window(args)
     if "memory" not in args.skip:
         results["memory"] = memory(args)
-    results["duration_s"] = time.time() - started
     args.out.mkdir(parents=True, exist_ok=True)
+    per_record_failed = "per-record" not in args.skip and per_record(args)
+    results["duration_s"] = time.time() - started
     (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     report = markdown(results)
     (args.out / "results.md").write_text(report)
@@ -458,7 +465,26 @@ def main(argv: list[str] | None = None) -> int:
     log(f"results in {args.out}/ (results.json, results.md); took {results['duration_s']:.0f} s")
     failed = [r for key in ("runs", "latency_at_half", "window", "memory")
               for r in results[key] if r.get("failed")]
-    return 1 if failed else 0
+    return 1 if failed or per_record_failed else 0
+
+
+def per_record(args: argparse.Namespace) -> bool:
+    """Section 5: benchmarks/per_record.py in its own process, its table into
+    ``per_record.md`` and its rows into ``per_record.json``; True if it failed."""
+    script = Path(__file__).resolve().with_name("per_record.py")
+    command = [sys.executable, str(script), "--json", str(args.out / "per_record.json")]
+    if args.quick:
+        command.append("--quick")
+    if args.per_record_clients:
+        command += ["--clients", args.per_record_clients]
+    log("per-record workloads: " + " ".join(command[1:]))
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode == 0:
+        (args.out / "per_record.md").write_text(done.stdout.lstrip("\n"))
+        print(done.stdout)
+    else:
+        log(f"per_record.py failed (rc={done.returncode})")
+    return done.returncode != 0
 
 
 if __name__ == "__main__":

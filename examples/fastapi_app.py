@@ -4,8 +4,13 @@ Needs `pip install 'aiokprod[fastapi,prometheus]' uvicorn`. Run it with
 ``KAFKA_BOOTSTRAP_SERVERS=host:port uvicorn --app-dir examples fastapi_app:app``.
 
 * ``POST /events/{topic}`` sends the raw body as the value (key from the ``X-Key`` header) and
-  answers ``{"topic", "partition", "offset"}`` once the broker acknowledged it;
-* ``GET /healthz`` reports the producer's state (ok / degraded / fatal, with the reason);
+  answers ``{"topic", "partition", "offset"}`` once the broker acknowledged it. A client that
+  sets ``Idempotency-Key`` (the same on every retry of one event) has it written as the
+  record's ``idempotency-key`` header, for readers to drop a second copy; a 503 whose outcome
+  is unknown invites a retry (``Retry-After``) only then (docs/fastapi.md);
+* ``GET /healthz`` is liveness: 200 unless the producer is fatal (only a restart helps);
+* ``GET /readyz`` is readiness: 200 only while the producer can deliver (connected, nothing
+  stalled), so a load balancer sends requests elsewhere meanwhile;
 * ``GET /metrics`` serves the producer metrics in Prometheus text format, through
   OpenTelemetry's Prometheus exporter (``aiokprod.otel.instrument_metrics``).
 
@@ -33,6 +38,7 @@ from aiokprod.fastapi import (
     health_response,
     install_error_handlers,
     producer_lifespan,
+    readiness_response,
 )
 
 
@@ -81,9 +87,13 @@ install_error_handlers(app)
 
 @app.post("/events/{topic}")
 async def post_event(topic: str, request: Request, producer: ProducerDep,
-                     x_key: Annotated[str | None, Header()] = None) -> dict[str, Any]:
+                     x_key: Annotated[str | None, Header()] = None,
+                     idempotency_key: Annotated[str | None, Header()] = None
+                     ) -> dict[str, Any]:
     body = await request.body()
-    md = await producer.send_and_wait(topic, body,
+    headers = [] if idempotency_key is None else [("idempotency-key",
+                                                   idempotency_key.encode())]
+    md = await producer.send_and_wait(topic, body, headers=headers,
                                       key=None if x_key is None else x_key.encode())
     return {"topic": md.topic, "partition": md.partition, "offset": md.offset}
 
@@ -91,6 +101,11 @@ async def post_event(topic: str, request: Request, producer: ProducerDep,
 @app.get("/healthz")
 async def healthz(producer: ProducerDep) -> JSONResponse:
     return health_response(producer)
+
+
+@app.get("/readyz")
+async def readyz(producer: ProducerDep) -> JSONResponse:
+    return readiness_response(producer)
 
 
 @app.get("/metrics")

@@ -26,6 +26,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.committed_offsets import fetch_committed_offsets
 from aiokprod.producer.coordinator import CoordinatorClient
+from aiokprod.producer.group_metadata import to_group_metadata
 from aiokprod.producer.prepared import PreparedTransaction, complete_prepared
 from aiokprod.producer.sender import Sender
 from aiokprod.producer.transaction_manager import TransactionManager
@@ -227,18 +228,19 @@ class TransactionalApi:
 
     async def send_offsets_to_transaction(
             self, offsets: Mapping[tuple[str, int], int],
-            group: str | ConsumerGroupMetadata) -> None:
+            group: str | ConsumerGroupMetadata | bytes | object) -> None:
         """Commit consumer offsets with the transaction (read-process-write, KIP-98/447).
 
-        ``offsets`` maps ``(topic, partition)`` to the next offset to consume; ``group`` is the
-        consumer's group id or its ``ConsumerGroupMetadata`` (which lets the group fence a
-        consumer that left it). Bounded by max.block.ms.
+        ``offsets`` maps ``(topic, partition)`` to the next offset to consume. ``group`` is the
+        consumer's group membership as the consumer gives it: confluent-kafka's
+        ``consumer.consumer_group_metadata()``, an aiokafka ``AIOKafkaConsumer`` itself, a
+        ``ConsumerGroupMetadata``, or only the group id. With the generation and member id
+        the first three carry, the group refuses the offsets of a consumer that was
+        rebalanced out of it (a zombie); a bare group id cannot be fenced. Bounded by
+        max.block.ms.
         """
         txn = self._transactions("send_offsets_to_transaction()")
-        if not isinstance(group, (str, ConsumerGroupMetadata)) or not (
-                group if isinstance(group, str) else group.group_id):
-            raise ValueError(f"group must be a non-empty group id or ConsumerGroupMetadata, "
-                             f"got {group!r}")
+        group = to_group_metadata(group)  # ValueError for what no consumer hands out
         for key, offset in offsets.items():
             if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str)
                     and isinstance(key[1], int) and isinstance(offset, int) and offset >= 0):

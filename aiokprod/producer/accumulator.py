@@ -401,6 +401,15 @@ class RecordAccumulator(SenderSide):
     def has_incomplete(self) -> bool:
         return bool(self._incomplete)
 
+    def oldest_incomplete_age(self) -> float:
+        """Seconds since the oldest batch not yet acknowledged nor failed was created (0 with
+        none): how long deliveries have been stalled, for ``Producer.health()``. It reads
+        every such batch, which a health check a few times a minute can afford."""
+        incomplete = self._incomplete
+        if not incomplete:
+            return 0.0
+        return self._clock() - min(b.created_at for b in incomplete)
+
     def has_queued(self) -> bool:
         return self._queued_records > 0 or any(
             q.head() is not None for parts in self._queues.values() for q in parts.values())

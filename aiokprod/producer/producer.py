@@ -386,7 +386,10 @@ class Producer(SendMany, SendColumns, TransactionalApi):
 
         ``fatal``: it can send nothing more (the reason says why; create a new producer).
         ``degraded``: it works but is held back — not started or closing, no broker
-        connection, or sends waiting for buffer memory. ``ok`` otherwise.
+        connection, a record unacknowledged for longer than ``linger_ms + request_timeout_ms``
+        (a broker that stopped answering keeps its connection open), or sends waiting for
+        buffer memory.
+        ``ok`` otherwise.
         """
         sender, cluster, pool = self._sender, self._cluster, self._pool
         if sender is not None and sender.fatal_error is not None:
@@ -400,6 +403,12 @@ class Producer(SendMany, SendColumns, TransactionalApi):
         if stats.connections == 0:
             return ProducerHealth("degraded", "no connection to any broker"
                                   + (" (connecting)" if stats.connecting else ""))
+        acc = self._acc
+        waited = 0.0 if acc is None else acc.oldest_incomplete_age()
+        # a batch may linger, then its request may take request_timeout_ms: longer is a stall
+        if waited * 1000 > self._config.linger_ms + self._config.request_timeout_ms:
+            return ProducerHealth("degraded", f"deliveries stalled: a record unacknowledged "
+                                              f"for {waited * 1000:.0f} ms")
         if pool.waiters:
             return ProducerHealth("degraded", f"buffer memory exhausted: {pool.waiters} "
                                               f"send(s) waiting for memory")

@@ -9,6 +9,7 @@ opentelemetry-sdk and the Prometheus exporter while its instructions installed
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -22,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from aiokprod import Producer
 from aiokprod.devbroker import TansuBroker
 from support.example_venv import CleanPython, example_install, prepare
 from support.processes import frozen
@@ -44,9 +46,16 @@ def test_example_runs(name: str) -> None:
 
 def _args(name: str, bootstrap: str, new_topic: Callable[..., str]) -> list[str]:
     """How a command-line example is pointed at the test's broker (its docstring's usage)."""
-    if name == "transactional_copy.py":
-        return [bootstrap, new_topic(partitions=3), new_topic(partitions=3), "copier"]
+    if name == "transactional_copy.py":  # it copies what a consumer finds in the source
+        source = new_topic(partitions=3)
+        asyncio.run(_fill(bootstrap, source, 30))
+        return [bootstrap, source, new_topic(partitions=3), f"copier-{source}"]
     return [bootstrap, new_topic(partitions=2)]
+
+
+async def _fill(bootstrap: str, topic: str, count: int) -> None:
+    async with Producer(bootstrap_servers=bootstrap, linger_ms=5) as producer:
+        await (await producer.send_many(topic, [b"order %d" % i for i in range(count)]))
 
 
 COMMAND_LINE = ("produce.py", "app_lifespan.py", "transactional_copy.py", *SPARK)
@@ -159,8 +168,11 @@ def test_fastapi_example_serves_from_a_clean_venv_and_bounds_a_stalled_request(
         assert "kafka_producer_record_send_total" in metrics.text
         with frozen(broker.pid):
             started = time.monotonic()
-            stalled = client.post("/events/events", content=b"stalled")
+            stalled = client.post("/events/events", content=b"stalled",
+                                  headers={"Idempotency-Key": "stalled-1"})
             took = time.monotonic() - started
+            ready = client.get("/readyz")
         assert stalled.status_code == 503, stalled.text
-        assert stalled.headers.get("Retry-After") == "1"
+        assert stalled.headers.get("Retry-After") == "1"  # safe: it carries a key
+        assert ready.status_code == 503, ready.text
         assert took < 5.0 + 2.0, took

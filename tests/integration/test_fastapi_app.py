@@ -7,9 +7,10 @@ What the FastAPI integration promises (docs/fastapi.md), checked end to end:
   every record exactly once;
 * SIGTERM in the middle of the load: every request that got its 200 has its record in the
   topic, and the app shuts down through the lifespan (flush and close);
-* a stalled broker (SIGSTOP): requests fail with 503 and ``Retry-After`` within the configured
-  ``delivery.timeout.ms`` while ``/healthz`` keeps answering in under 50 ms; after SIGCONT the
-  same process recovers.
+* a stalled broker (SIGSTOP): requests fail with 503 within the configured
+  ``delivery.timeout.ms``, their outcome unknown, with ``Retry-After`` only for those that
+  carry an ``Idempotency-Key``; ``/healthz`` (liveness) keeps answering 200 in under 50 ms
+  while ``/readyz`` turns 503; after SIGCONT the same process recovers and is ready again.
 """
 
 from __future__ import annotations
@@ -208,7 +209,10 @@ async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
         with frozen(broker_pid):
             async def timed_post(i: int) -> tuple[httpx.Response, float]:
                 t0 = time.monotonic()
-                r = await client.post(f"/events/{topic}", content=f"stalled{i}".encode())
+                # the even ones carry an idempotency key: only theirs may be retried
+                headers = {"Idempotency-Key": f"stalled-{i}"} if i % 2 == 0 else {}
+                r = await client.post(f"/events/{topic}", content=f"stalled{i}".encode(),
+                                      headers=headers)
                 return r, time.monotonic() - t0
 
             posts = asyncio.gather(*(timed_post(i) for i in range(20)))
@@ -222,10 +226,17 @@ async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
                 states.add(h.json()["state"])
                 await asyncio.sleep(0.05)
             results = await posts
+            # readiness: the producer cannot deliver (liveness stays 200 throughout)
+            deadline = time.monotonic() + 10
+            while (ready := await client.get("/readyz")).status_code != 503:
+                assert time.monotonic() < deadline, ready.text
+                await asyncio.sleep(0.05)
+            assert ready.json()["state"] == "degraded", ready.text
         # delivery.timeout.ms=1500 bounds each request (plus scheduling slack on 2 loaded cores)
-        for r, took in results:
+        for i, (r, took) in enumerate(results):
             assert r.status_code == 503, r.text
-            assert r.headers.get("Retry-After") == "1"
+            assert r.json()["outcome"] == "unknown", r.text  # it may still be written
+            assert r.headers.get("Retry-After") == ("1" if i % 2 == 0 else None), i
             assert took < 1.5 + 2.0, took
         assert len(health_latencies) >= 5
         # /healthz never waits on the broker: had it blocked, every call would take the stall's
@@ -245,6 +256,10 @@ async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
             await asyncio.sleep(0.2)
         health = (await client.get("/healthz")).json()
         assert health["state"] == "ok", health
+        deadline = time.monotonic() + 10
+        while (ready := await client.get("/readyz")).status_code != 200:
+            assert time.monotonic() < deadline, ready.text
+            await asyncio.sleep(0.05)
 
 
 def test_metrics_endpoint_serves_prometheus_text(tansu, new_topic, tmp_path) -> None:

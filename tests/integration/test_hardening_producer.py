@@ -25,6 +25,7 @@ from aiokprod.errors import (
     KafkaTimeoutError,
     ProducerClosedError,
 )
+from support.mock_cluster import MockCluster
 from support.reader import read_back
 
 # -- bad input is refused at the boundary and kills nothing ---------------------------------
@@ -440,3 +441,35 @@ async def test_health_says_ok_degraded_and_fatal_with_the_reason(
         assert health.state == "degraded" and "no connection" in (health.reason or "")
     finally:
         await dead.close(timeout=1)
+
+
+async def test_health_is_degraded_while_connected_brokers_do_not_take_a_record(
+    mock_cluster: MockCluster,
+) -> None:
+    # every Produce is answered NOT_ENOUGH_REPLICAS (retriable) and retried over connections
+    # that stay up: only the unacknowledged record shows that the producer cannot deliver
+    mock_cluster.create_topic("held", 1)
+    async with Producer(bootstrap_servers=mock_cluster.bootstrap, linger_ms=1,
+                        request_timeout_ms=500, delivery_timeout_ms=8000,
+                        retry_backoff_ms=50) as producer:
+        await producer.send_and_wait("held", b"delivered")
+        assert producer.health() == ("ok", None)
+        mock_cluster.push_request_errors(_PRODUCE, *[_NOT_ENOUGH_REPLICAS] * 500)
+        future = await producer.send("held", b"held")
+        deadline = time.monotonic() + 6
+        while producer.health().state == "ok":
+            assert time.monotonic() < deadline, "health() stayed ok"
+            assert not future.done(), future
+            await asyncio.sleep(0.05)
+        health = producer.health()
+        assert health.state == "degraded"
+        assert "deliveries stalled" in (health.reason or ""), health
+        assert producer._cluster is not None
+        assert producer._cluster.statistics().connections > 0
+        mock_cluster.clear_request_errors(_PRODUCE)
+        await asyncio.wait_for(future, 10)  # the broker takes it again: delivered
+        assert producer.health() == ("ok", None)
+
+
+_PRODUCE = 0
+_NOT_ENOUGH_REPLICAS = 19

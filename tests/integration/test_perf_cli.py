@@ -36,15 +36,19 @@ def test_perf_json_against_the_embedded_broker() -> None:
 
 
 def test_per_record_benchmark_runs_every_workload_shape(tmp_path: Path) -> None:
-    """benchmarks/per_record.py in --quick mode (tiny counts, one round): the machinery works
-    for both aiokprod paths and every row it writes is a run that delivered every record."""
-    out = tmp_path / "rows.json"
+    """benchmarks/per_record.py in --quick mode (tiny counts, one round), run the way `make
+    bench` runs it (benchmarks/run.py's per-record section, which writes the table
+    docs/performance.md shows): the machinery works for both aiokprod paths and every row it
+    writes is a run that delivered every record."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "per_record.py"), "--quick",
-         "--clients", "aiokprod,aiokprod-py", "--json", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+         "--skip", "compare", "latency", "window", "memory",
+         "--per-record-clients", "aiokprod,aiokprod-py", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.read_text())
+    assert "| confirm-gather | 16 | 100 B | asyncio |" in (
+        tmp_path / "per_record.md").read_text()
+    rows = json.loads((tmp_path / "per_record.json").read_text())
     workloads = {(r["client"], r["workload"]) for r in rows}
     for client in ("aiokprod", "aiokprod-py"):
         for workload in ("confirm-gather", "fire-and-forget", "send-many"):

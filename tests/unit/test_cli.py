@@ -217,6 +217,24 @@ def test_format_report_and_json_fields() -> None:
     assert doc["acked"] == 1000 and doc["latency_samples"] == 2
 
 
+def test_a_windowed_rate_of_a_short_run_is_explained_beside_the_run_rate() -> None:
+    # make demo: 100,000 records in 0.2 s printed record-send-rate 3,311 beside 498,198
+    # records/s, because Java's rate divides by at least one 30 s window
+    def report(elapsed_s: float) -> str:
+        return format_report(PerfResult(
+            topic="t", bootstrap_servers="h:1", records=100_000, errors=0, first_error=None,
+            payload_bytes=10_000_000, elapsed_s=elapsed_s, cpu_s=0.2, max_rss_kib=1024,
+            latency=LatencyStats.of([0.001]),
+            config={"metrics.sample.window.ms": 30000, "metrics.num.samples": 2},
+            metrics={"producer-metrics:record-send-rate": 100_000 / 30}))
+
+    short = report(0.2)
+    assert "record-send-rate" in short
+    assert "per second over the last 30 s at least" in short
+    assert "this 0.20 s run sent 500,000 records/sec" in short
+    assert "per second over" not in report(60.0)  # a run longer than the window reads true
+
+
 def test_progress_bar_draws_in_place() -> None:
     stream = io.StringIO()
     progress = Progress(100, stream, interval=0)

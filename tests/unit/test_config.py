@@ -414,3 +414,26 @@ def test_metadata_recovery_settings() -> None:
     java = ProducerConfig.from_mapping({"bootstrap.servers": BOOT,
                                         "metadata.recovery.strategy": "none"})
     assert java.metadata_recovery_strategy == "none"
+
+
+@pytest.mark.parametrize(("key", "instead"), [
+    ("ssl.truststore.location", "ssl.ca.location"),
+    ("ssl.truststore.password", "ssl.ca.location"),
+    ("ssl.keystore.location", "ssl.certificate.location and ssl.key.location"),
+])
+def test_java_key_stores_are_refused_with_what_to_give_instead(key: str, instead: str) -> None:
+    # the closest known name to ssl.truststore.location is ssl.certificate.location, the
+    # client's own certificate: suggesting it sent users to the wrong setting
+    with pytest.raises(ConfigError) as err:
+        ProducerConfig.from_mapping({"bootstrap.servers": BOOT, key: "/etc/kafka/x.jks"})
+    text = str(err.value)
+    assert f"{key!r}" in text and "not supported" in text and "PEM" in text
+    assert instead in text
+    assert "did you mean" not in text
+    if "truststore" in key:
+        assert "ssl.certificate.location" not in text
+
+
+def test_an_unknown_name_still_gets_the_closest_known_one() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean 'linger\.ms'\?"):
+        ProducerConfig.from_mapping({"bootstrap.servers": BOOT, "linger.msx": "5"})

@@ -1,0 +1,180 @@
+"""Exactly-once read-process-write with the consumers users have, against Apache Kafka.
+
+examples/transactional_copy.py is the loop: a consumer (aiokafka's ``AIOKafkaConsumer`` or
+confluent-kafka's ``Consumer``) polls a batch, the producer writes its transformed records
+and ``send_offsets_to_transaction(offsets, <the consumer's group membership>)`` in one
+transaction. The copier runs as its own process and is killed with SIGKILL in the middle of
+the copy, then started again: a read_committed reader of the sink finds every source record
+exactly once. The membership the producer was handed is what the group coordinator checks
+(KIP-447): a wrong generation or member id is refused, so the commits themselves prove the
+consumer's metadata was read right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from aiokprod import ConsumerGroupMetadata, Producer
+from aiokprod.producer.group_metadata import to_group_metadata
+from support.kafka_cluster import KafkaCluster
+from support.reader import read_back
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "transactional_copy.py"
+
+
+async def _fill(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    values = [f"order {i}".encode() for i in range(count)]
+    async with Producer(bootstrap_servers=bootstrap, linger_ms=5) as producer:
+        await (await producer.send_many(topic, values, [b"k%d" % (i % 11)
+                                                         for i in range(count)]))
+    return values
+
+
+def _copier(bootstrap: str, source: str, sink: str, group: str, consumer: str,
+            instance: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, COPIER_INSTANCE=instance, COPIER_IDLE_S="3")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return subprocess.Popen([sys.executable, str(EXAMPLE), bootstrap, source, sink, group,
+                             consumer], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _stop_in_an_open_transaction(process: subprocess.Popen[str], bootstrap: str, sink: str,
+                                 at_least: int, timeout: float) -> int:
+    """Let the copier commit ``at_least`` records, then stop it (SIGSTOP) in a transaction
+    whose records are on the broker, uncommitted: stopped after its "committing" line (offsets
+    sent, commit not yet), a read_uncommitted reader sees more than was committed and a
+    read_committed one no more. Returns the records committed."""
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    committed = 0
+    while True:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"the copier did not get to {at_least} records: {lines[-5:]}"
+        ready, _, _ = select.select([process.stdout], [], [], remaining)
+        if not ready:
+            continue
+        line = process.stdout.readline()
+        assert line, f"the copier exited (rc={process.wait()}): {lines[-10:]}"
+        lines.append(line.rstrip())
+        if line.startswith("committed "):
+            committed = int(line.split("(")[1].split()[0])
+        if not (line.startswith("committing ") and committed >= at_least):
+            continue
+        process.send_signal(signal.SIGSTOP)
+        # it may have run on before the signal landed: take what it printed meanwhile
+        while select.select([process.stdout], [], [], 0)[0]:
+            more = process.stdout.readline()
+            if not more:
+                break
+            lines.append(more.rstrip())
+        done = [x for x in lines if x.startswith("committed ")]
+        committed = int(done[-1].split("(")[1].split()[0])
+        open_now = lines[-1].startswith("committing ") and len(read_back(
+            bootstrap, sink, expected=committed + 1, timeout=5,
+            isolation_level="read_uncommitted")) > committed and len(read_back(
+                # no EndTxn went out before the stop: nothing beyond is committed
+                bootstrap, sink, expected=committed + 1, timeout=2,
+                isolation_level="read_committed")) == committed
+        if open_now:
+            return committed
+        process.send_signal(signal.SIGCONT)  # past it, or not delivered yet: the next batch
+
+
+@pytest.mark.parametrize("consumer", ["aiokafka", "confluent"])
+def test_a_copier_killed_mid_way_and_restarted_copies_every_record_once(
+    consumer: str, kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    if consumer == "aiokafka":
+        pytest.importorskip("aiokafka")
+    source, sink = kafka_topic(partitions=3), kafka_topic(partitions=3)
+    n = 4000
+    values = asyncio.run(_fill(kafka.bootstrap, source, n))
+    group = f"copier-{uuid.uuid4().hex[:8]}"
+    instance = f"{group}-1"
+
+    first = _copier(kafka.bootstrap, source, sink, group, consumer, instance)
+    try:
+        committed = _stop_in_an_open_transaction(first, kafka.bootstrap, sink, 600,
+                                                 timeout=90)
+    finally:
+        first.send_signal(signal.SIGKILL)  # mid-way, in a transaction
+        first.wait(10)
+        assert first.stdout is not None
+        first.stdout.close()
+
+    second = _copier(kafka.bootstrap, source, sink, group, consumer, instance)
+    try:
+        out, _ = second.communicate(timeout=120)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait(10)
+    assert second.returncode == 0, out[-3000:]
+    resumed = [line for line in out.splitlines() if line.startswith("committed ")]
+    assert resumed, out[-3000:]
+    copied_again = int(resumed[-1].split("(")[1].split()[0])
+    assert 0 < copied_again < n, out[-2000:]  # it resumed at the committed offsets
+
+    records = read_back(kafka.bootstrap, sink, expected=n, timeout=60, settle=1.0,
+                        isolation_level="read_committed")
+    got = sorted(r.value for r in records)
+    assert len(got) == len(set(got)), f"{len(got) - len(set(got))} records written twice"
+    assert got == sorted(v.upper() for v in values)
+    assert committed + copied_again == n  # the killed transaction's batch was copied again
+    written = read_back(kafka.bootstrap, sink, expected=n + 1, timeout=3,
+                        isolation_level="read_uncommitted")
+    assert len(written) > n  # the killed transaction's records are there, aborted
+
+
+def test_confluent_metadata_of_a_joined_consumer_is_what_the_group_checks(
+    kafka: KafkaCluster, kafka_topic: Callable[..., str]
+) -> None:
+    source, sink = kafka_topic(), kafka_topic()
+    asyncio.run(_fill(kafka.bootstrap, source, 3))
+    group = f"members-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "log_level": 3})
+    try:
+        consumer.subscribe([source])
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "no assignment"
+            consumer.poll(0.2)
+        blob = consumer.consumer_group_metadata()
+        meta = to_group_metadata(blob)
+        assert meta.group_id == group
+        assert meta.generation_id >= 1
+        assert meta.member_id == consumer.memberid()
+
+        async def commit(group_arg: object) -> None:
+            async with Producer(bootstrap_servers=kafka.bootstrap,
+                                transactional_id=f"{group}-txn") as producer, \
+                    producer.transaction():
+                await producer.send(sink, b"v")
+                await producer.send_offsets_to_transaction({(source, 0): 3}, group_arg)
+
+        # a member id the group does not know is refused: the check is real
+        with pytest.raises(Exception, match="UNKNOWN_MEMBER_ID|[Uu]nknown.?[Mm]ember"):
+            asyncio.run(commit(meta._replace(member_id="not-a-member")))
+        asyncio.run(commit(blob))
+        committed = consumer.committed(consumer.assignment(), timeout=10)
+        assert [(tp.partition, tp.offset) for tp in committed] == [(0, 3)]
+    finally:
+        consumer.close()
+    assert isinstance(meta, ConsumerGroupMetadata)
