@@ -115,8 +115,9 @@ class KafkaDataSource(DataSource):
             raise ConfigError("aiokprod sink: Kafka topics can only be appended to; use "
                               "mode('append')")
         settings = settings_from(self.options, schema)
-        if settings.transactional and settings.write_id is None:  # one id per save()
-            settings = replace(settings, write_id=uuid.uuid4().hex)
+        if settings.transactional:  # ids for this save(): the write's, unless named, and the run's
+            settings = replace(settings, write_id=settings.write_id or uuid.uuid4().hex,
+                               run_id=uuid.uuid4().hex)
         return KafkaArrowWriter(settings)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

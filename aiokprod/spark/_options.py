@@ -110,6 +110,9 @@ class SinkSettings:
     # option, stable across re-runs of a job), naming its tasks' transactional ids and
     # markers; None for streaming, where the query id (kept in the checkpoint) does
     write_id: str | None = None
+    # batch writes: made on the driver for each save(), even one with a write id: names the
+    # marker by which the driver's abort() tells this run's late tasks to write nothing
+    run_id: str | None = None
 
     @property
     def transaction_timeout_ms(self) -> int:

@@ -100,20 +100,31 @@ class TaskIdentity:
     done_offset: int
     # which attempt of the task (TaskContext.attemptNumber())
     attempt: int
+    # a batch write's: the group whose offset on ``marker`` says the driver aborted this run
+    # (``abort_tasks``): an attempt that finds it writes nothing
+    aborted_group: str | None = None
 
 
 def _identity(settings: SinkSettings, scope: str, partition_id: int, attempt: int,
-              done_offset: int) -> TaskIdentity:
+              done_offset: int, aborted_group: str | None = None) -> TaskIdentity:
     assert settings.marker_topic is not None
     task = f"{settings.id_prefix}-{scope}-{partition_id}"
     return TaskIdentity(f"{task}-{attempt}", task, (settings.marker_topic, 0), done_offset,
-                        attempt)
+                        attempt, aborted_group)
+
+
+def _aborted_group(settings: SinkSettings) -> str | None:
+    """The group whose marker says the driver aborted this run of a batch write."""
+    if settings.write_id is None or settings.run_id is None:
+        return None
+    return f"{settings.id_prefix}-{settings.write_id}-{settings.run_id}-aborted"
 
 
 def batch_identity(settings: SinkSettings, partition_id: int, attempt: int) -> TaskIdentity:
     """A batch write's task attempt: ids from the write id, the Spark partition, the attempt."""
     assert settings.write_id is not None
-    return _identity(settings, settings.write_id, partition_id, attempt, _BATCH_DONE)
+    return _identity(settings, settings.write_id, partition_id, attempt, _BATCH_DONE,
+                     _aborted_group(settings))
 
 
 def stream_identity(settings: SinkSettings, query_id: str, batch_id: int, partition_id: int,
@@ -170,6 +181,7 @@ class TransactionalTaskWriter(TaskWriter):
         try:
             try:
                 self._run(self._producer.start())  # aborts what an earlier run left open
+                self._check_not_aborted()
                 if self._committed_before():
                     logger.info("aiokprod sink: %s: already committed by an earlier run "
                                 "(marker group %r); consuming its input, writing nothing",
@@ -208,6 +220,24 @@ class TransactionalTaskWriter(TaskWriter):
     def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         result: _T = self._loop_thread.submit(coro).result()
         return result
+
+    def _check_not_aborted(self) -> None:
+        """Raise if the driver aborted this run already (a task Spark had not stopped yet).
+
+        Race-free with the driver's ``abort_tasks``, which commits the marker *before* it
+        fences the attempts' ids, while this runs *after* this attempt's InitProducerId: either
+        the fence came later and bumps this attempt's epoch (nothing it sends can commit), or
+        it came first and so did the marker, which this reads.
+        """
+        identity = self._identity
+        if identity.aborted_group is None:
+            return
+        offsets = self._run(self._producer.committed_offsets(identity.aborted_group,
+                                                             [identity.marker]))
+        if offsets.get(identity.marker) is not None:
+            raise KafkaSinkError(
+                f"aiokprod sink: {self._where}: the driver aborted this write already (the job "
+                f"failed or was cancelled); writing nothing")
 
     def _committed_before(self) -> bool:
         identity = self._identity
@@ -309,7 +339,17 @@ def abort_tasks(settings: SinkSettings, prepared: Sequence[PreparedTask],
     """A failed write: abort the finished tasks' transactions and fence the ids of their
     earlier attempts and of the ``unfinished`` partitions' attempts (a batch write's: their ids
     are known), so nothing is visible and read_committed consumers are not held at a dead
-    attempt's records."""
+    attempt's records.
+
+    Spark calls this while cancelled tasks may still run: one that starts its transaction
+    after the fences would hold read_committed consumers until transaction.timeout.ms. So a
+    batch write first commits its run's "aborted" marker, which such an attempt reads after
+    its InitProducerId (``TransactionalTaskWriter._check_not_aborted``).
+    """
+    aborted_group = _aborted_group(settings)
+    if aborted_group is not None:
+        # first: from now on an attempt that starts (after the fences below) writes nothing
+        asyncio.run(_mark_aborted(settings, aborted_group))
     for problem in asyncio.run(_end_all(settings, prepared, commit=False)):
         logger.warning("aiokprod sink: could not abort %s", problem)
     ids = [_attempt_id(p.identity, a) for p in prepared for a in range(p.identity.attempt)]
@@ -320,6 +360,16 @@ def abort_tasks(settings: SinkSettings, prepared: Sequence[PreparedTask],
         logger.warning("aiokprod sink: could not fence the unfinished task's transactional id "
                        "%s; read_committed consumers may wait up to transaction.timeout.ms for "
                        "its transaction", problem)
+
+
+async def _mark_aborted(settings: SinkSettings, group: str) -> None:
+    """Commit the run's "aborted" marker, in a transaction of its own (a group's offsets are
+    written only through a consumer or a transaction; this producer has the latter)."""
+    assert settings.marker_topic is not None
+    config = dict(settings.producer_config)
+    config["transactional.id"] = group
+    async with Producer.from_config(config) as producer, producer.transaction():
+        await producer.send_offsets_to_transaction({(settings.marker_topic, 0): 1}, group)
 
 
 def _attempt_id(identity: TaskIdentity, attempt: int) -> str:

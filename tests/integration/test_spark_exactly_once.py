@@ -456,6 +456,30 @@ def test_a_slow_attempt_is_fenced_when_the_driver_commits_a_later_one(
     assert set(values) == {f"{i}-a1" for i in range(1000)} and set(values.values()) == {1}
 
 
+def test_an_attempt_starting_after_the_driver_aborted_writes_nothing(
+        kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int) -> None:
+    """Spark calls ``abort()`` while cancelled tasks may still run. An attempt whose producer
+    starts after the driver's abort (and its fences) finds the run's "aborted" marker and
+    writes nothing, so no transaction of it holds read_committed readers back; a re-run of the
+    same write id (another run) is not affected by the marker."""
+    topic = kafka_topic()
+    settings = replace(_value_settings(kafka.bootstrap, topic), run_id=uuid.uuid4().hex)
+    abort_tasks(settings, [], [0])
+    late = TransactionalTaskWriter(settings, 0, 0, batch_identity(settings, 0, 0))
+    try:
+        with pytest.raises(KafkaSinkError, match="the driver aborted this write already"):
+            late.write([_tagged(0, 0, 100)])
+        rerun = replace(settings, run_id=uuid.uuid4().hex)
+        writer = TransactionalTaskWriter(rerun, 0, 0, batch_identity(rerun, 0, 0))
+        assert writer.write([_tagged(1, 0, 100)]).records == 100
+        assert writer.prepared is not None
+        commit_tasks(rerun, [writer.prepared])
+    finally:
+        close_all_producers()
+    values = _read_tagged(kafka.bootstrap, topic, 100)
+    assert set(values) == {f"{i}-a1" for i in range(100)} and set(values.values()) == {1}
+
+
 def test_a_rerun_with_the_same_write_id_skips_committed_tasks_and_consumes_their_input(
         kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int) -> None:
     """An attempt of a write whose task the driver already committed (a re-run with the same

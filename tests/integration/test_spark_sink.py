@@ -395,6 +395,9 @@ def test_missing_topic_is_rejected(spark: SparkSession) -> None:
      "'transactional.write.id' need 'transactional'='true'"),
     ({"kafka.key.serializer": "x"}, "option 'kafka.key.serializer' is not supported"),
     ({"kafka.transactional.id": "x"}, "option 'kafka.transactional.id' is not supported"),
+    ({"kafka.ssl.truststore.location": "/x.jks"},
+     "Java trust stores (JKS, PKCS12) are not supported: give the CA certificates as a PEM "
+     "file with ssl.ca.location"),
 ])
 def test_bad_option_is_rejected_naming_it(spark: SparkSession, options: dict[str, str],
                                           expected: str) -> None:
