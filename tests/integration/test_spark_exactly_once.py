@@ -639,36 +639,37 @@ def test_streaming_stop_and_restart_loses_and_repeats_nothing(
 def test_streaming_stopped_mid_micro_batch_and_restarted_loses_and_repeats_nothing(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None, tmp_path: Path) -> None:
-    """Micro-batch 2's partition 0 has gone through 2 of its 5 Arrow batches when the query
-    is stopped; stopping cancels the task, whose sink input may end as if complete. The
+    """Micro-batch 2's rows are moving (partition 0 past 3 of its 10 Arrow batches) when the
+    query is stopped; stopping cancels the tasks, whose sink inputs may end as if complete. The
     restarted query replays batch 2: every row of every recorded batch once (a sink
     committing when its input ended marked the partial partition done, losing its rest)."""
     topic = kafka_topic(partitions=2)
     held, restarted = tmp_path / "held", tmp_path / "restarted"
-    per_batch = 10_000
+    per_batch = 20_000
 
-    def hold_batch_2(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def slow_batch_2(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Micro-batch 2 of the first run flows slowly (0.1 s an Arrow batch), so the stop
+        lands while its rows move; past its third batch the test is told to stop."""
         import time as clock
         from pathlib import Path as P
 
         from pyspark import TaskContext
         context = TaskContext.get()
         assert context is not None
-        hold = (context.getLocalProperty("streaming.sql.batchId") == "2"
-                and context.partitionId() == 0 and not P(str(restarted)).exists())
+        slow = (context.getLocalProperty("streaming.sql.batchId") == "2"
+                and not P(str(restarted)).exists())
         for i, batch in enumerate(batches):
-            if hold and i == 2:
-                P(str(held)).write_text("x")
-                deadline = clock.monotonic() + 60
-                while not P(str(restarted)).exists() and clock.monotonic() < deadline:
-                    clock.sleep(0.05)
+            if slow:
+                clock.sleep(0.1)
+                if i == 3 and context.partitionId() == 0:
+                    P(str(held)).write_text("x")
             yield batch
 
     def start() -> Any:
         return (spark.readStream.format("rate-micro-batch")
                 .option("rowsPerBatch", per_batch).option("numPartitions", 2).load()
                 .selectExpr("cast(value as string) as value")
-                .mapInArrow(hold_batch_2, "value string")
+                .mapInArrow(slow_batch_2, "value string")
                 .writeStream.format("aiokprod")
                 .option("kafka.bootstrap.servers", kafka.bootstrap)
                 .option("kafka.linger.ms", "2").option("topic", topic)
