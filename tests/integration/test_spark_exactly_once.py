@@ -64,6 +64,19 @@ def small_arrow_batches(spark: SparkSession) -> Iterator[None]:
         yield
 
 
+def _only_a_later_write_is_visible(spark: SparkSession, bootstrap: str, topic: str,
+                                   first: int, what: str) -> None:
+    """After a failed write: 100 rows written later (values ``first`` on) are readable at
+    once — no open transaction of the failed one holds read_committed readers back — and
+    they are all there is: nothing of the failed write is visible."""
+    later = spark.range(first, first + 100, 1, 1).selectExpr("cast(id as string) as value")
+    save(later, bootstrap, topic)
+    counts = read_counts(bootstrap, topic, 100, timeout=15)
+    assert sorted(counts) == list(range(first, first + 100)), \
+        f"{len(counts) - 100} rows of {what} are visible"
+    assert set(counts.values()) == {1}
+
+
 # -- batch: retried and re-run tasks -----------------------------------------------------------
 
 
@@ -123,11 +136,7 @@ def test_a_failed_job_leaves_nothing_visible_and_readers_unblocked(
     spark.dataSource.register(faulty_source("exit-always"))
     with pytest.raises(Exception, match="Python worker exited unexpectedly|crashed"):
         save(frame(spark), kafka.bootstrap, topic, source="aiokprod-exit-always")
-    later = spark.range(ROWS, ROWS + 1000, 1, 1).selectExpr("cast(id as string) as value")
-    save(later, kafka.bootstrap, topic)
-    counts = read_counts(kafka.bootstrap, topic, 1000, timeout=15)
-    assert sorted(counts) == list(range(ROWS, ROWS + 1000)), "a row of the failed job is visible"
-    assert set(counts.values()) == {1}
+    _only_a_later_write_is_visible(spark, kafka.bootstrap, topic, ROWS, "the failed job")
 
 
 # -- faults upstream of the sink, and the driver's decision ------------------------------------
@@ -240,12 +249,8 @@ def test_a_cancelled_job_leaves_nothing_visible(
     finally:
         canceller.join(120)
     assert held.exists()
-    later = spark.range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100, 1, 1).selectExpr(
-        "cast(id as string) as value")
-    save(later, kafka.bootstrap, topic)
-    counts = read_counts(kafka.bootstrap, topic, 100, timeout=15)
-    assert sorted(counts) == list(range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100)), \
-        f"{len(counts) - 100} rows of the cancelled job are visible"
+    _only_a_later_write_is_visible(spark, kafka.bootstrap, topic, UPSTREAM_ROWS,
+                                   "the cancelled job")
 
 
 def test_a_job_failing_upstream_leaves_nothing_visible(
@@ -258,12 +263,8 @@ def test_a_job_failing_upstream_leaves_nothing_visible(
         save(_through_upstream(spark, _upstream("raise", 4, partition=1,
                                                 every_attempt=True)),
              kafka.bootstrap, topic)
-    later = spark.range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100, 1, 1).selectExpr(
-        "cast(id as string) as value")
-    save(later, kafka.bootstrap, topic)
-    counts = read_counts(kafka.bootstrap, topic, 100, timeout=15)
-    assert sorted(counts) == list(range(UPSTREAM_ROWS, UPSTREAM_ROWS + 100)), \
-        f"{len(counts) - 100} rows of the failed job are visible"
+    _only_a_later_write_is_visible(spark, kafka.bootstrap, topic, UPSTREAM_ROWS,
+                                   "the failed job")
 
 
 def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
@@ -287,10 +288,7 @@ def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
     with pytest.raises(Exception, match="outlasted transaction.timeout.ms=4000"):
         save(_through_upstream(spark, slow_partition_1, 4000), kafka.bootstrap, topic,
              **{"kafka.transaction.timeout.ms": "4000"})
-    later = spark.range(5000, 5010, 1, 1).selectExpr("cast(id as string) as value")
-    save(later, kafka.bootstrap, topic)
-    counts = read_counts(kafka.bootstrap, topic, 10, timeout=15)
-    assert sorted(counts) == list(range(5000, 5010))
+    _only_a_later_write_is_visible(spark, kafka.bootstrap, topic, 5000, "the write")
 
 
 def test_the_driver_dying_between_two_commits_and_a_rerun_give_every_row_once(
