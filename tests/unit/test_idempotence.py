@@ -5,6 +5,7 @@ broker."""
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from dataclasses import dataclass
 from itertools import pairwise
@@ -1008,7 +1009,10 @@ class IdempotenceMachine(RuleBasedStateMachine):
         self.acknowledged_records_are_in_the_log()
 
 
+# like the other two machines: AIOKPROD_MACHINE_EXAMPLES=5000 for a long hunt, fewer for
+# `make test-quick`
 IdempotenceMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=50, deadline=None,
+    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", "300")),
+    stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestIdempotenceMachine = IdempotenceMachine.TestCase
