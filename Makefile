@@ -9,15 +9,24 @@ FIND_PYTHON := sh tools/find_python.sh
 NATIVE_SOURCES := $(wildcard aiokprod/_native/*.pyx aiokprod/_native/*.pxi)
 
 # Every Python we claim (pyproject.toml's classifiers and cibuildwheel's `build`;
-# tests/unit/test_supported_pythons.py keeps the three equal). `make test` runs the whole suite on
-# .venv's Python and, on each of the others in its own .venv-X.Y, the tiers below: the pure
-# parts, every protocol message, and the producer (with transactions) against a real Tansu
-# broker, on the native path built for that Python.
+# tests/unit/test_supported_pythons.py keeps the three equal).
 SUPPORTED_PYTHONS := 3.10 3.11 3.12 3.13
-OTHER_PYTHON_TESTS := tests/unit tests/protocol tests/integration/test_producer_tansu.py \
-	tests/integration/test_transactions_tansu.py
+PYTEST_FLAGS := -q -p no:cacheprovider
+# The edit loop: the pure parts and every protocol message (`make test-quick`).
+QUICK_TESTS := tests/unit tests/protocol
+# What the native twins (aiokprod/_native) change: the pure parts, where each twin is compared
+# with its native side, and the producer end to end against a real Tansu broker. `make test`
+# runs these again with AIOKPROD_NO_EXTENSIONS=1, the path an install without a compiler takes.
+PURE_PYTHON_TESTS := $(QUICK_TESTS) tests/integration/test_producer_tansu.py
+# What each other supported Python runs, in its own .venv-X.Y on the native path built for it:
+# the above plus the producer with transactions against Tansu.
+TIER_TESTS := $(PURE_PYTHON_TESTS) tests/integration/test_transactions_tansu.py
+# The checks of the source tree (marker `static`: import graph, docs build, typing, metadata)
+# are the same on every Python and encoder: only the main run has them.
+TIER_MARKS := -m 'not slow and not static'
 
-.PHONY: test test-other-pythons demo kafka lint typecheck unit gen docs bench bench-spark clean
+.PHONY: test test-main test-beside test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
+	docs bench bench-spark clean
 
 # setup.py builds the native extension (aiokprod/_native) in place when a compiler exists
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
@@ -26,10 +35,13 @@ $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# The suite runs twice: on the native path, then on the pure-Python one (what an install
-# without a compiler runs); before it, the other supported Pythons run their tiers (a few
-# minutes each, so a Python-specific break shows before the long run). Any pytest exit but 0
-# stops make, 5 (no test ran) included.
+# The generated files, ruff and mypy; then two runs side by side (make -j2): the whole suite,
+# once, on .venv's Python with the native path (brokers, Spark, the examples in clean venvs and
+# the static checks), and beside it the tiers of every other supported Python followed by the
+# pure-Python pass. The main run spends most of its time waiting for JVMs, Spark and timeouts
+# with one core idle, which the CPU-bound tiers fill; the tiers' output goes to
+# $(BESIDE_LOG), summed up when they end and printed whole if they fail. Any pytest exit but 0
+# fails make, 5 (no test ran) included.
 test: $(STAMP)
 ifneq ($(origin PYTHON),file)
 	@# PYTHON given on the command line or in the environment: .venv must be that Python
@@ -45,9 +57,35 @@ endif
 	$(PY) tools/gen_error_docs.py --check
 	$(VENV)/bin/ruff check aiokprod tests tools benchmarks examples setup.py
 	$(VENV)/bin/mypy
-	$(MAKE) --no-print-directory test-other-pythons
-	$(VENV)/bin/pytest -q -p no:cacheprovider
-	AIOKPROD_NO_EXTENSIONS=1 $(VENV)/bin/pytest -q -p no:cacheprovider
+	@$(MAKE) --no-print-directory -j2 test-main test-beside
+
+test-main: $(STAMP)
+	@echo "== main run: the whole suite on $$($(PY) -V), native path; beside it, in" \
+		"$(BESIDE_LOG): the other Pythons' tiers and the pure-Python pass"
+	$(VENV)/bin/pytest $(PYTEST_FLAGS)
+
+BESIDE_LOG := .test-beside.log
+test-beside: $(STAMP)
+	@started=$$(date +%s); \
+	$(MAKE) --no-print-directory test-other-pythons test-pure-python >$(BESIDE_LOG) 2>&1; \
+	rc=$$?; took=$$(( $$(date +%s) - started )); \
+	if [ $$rc -eq 0 ]; then \
+		echo "== beside the main run, passed in $${took}s ($(BESIDE_LOG)):"; \
+		grep -E '^(== |SKIPPED )|(passed|failed|error).* in [0-9.]+s' $(BESIDE_LOG); \
+	else \
+		echo "== beside the main run, FAILED after $${took}s: $(BESIDE_LOG) follows" >&2; \
+		cat $(BESIDE_LOG) >&2; \
+	fi; \
+	exit $$rc
+
+# The edit loop: unit + protocol on .venv's native path, static checks left out, the three
+# hypothesis state machines at 30 examples each instead of 100-300 (`make test` runs them all).
+test-quick: $(STAMP)
+	AIOKPROD_MACHINE_EXAMPLES=30 $(VENV)/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(QUICK_TESTS)
+
+test-pure-python: $(STAMP)
+	@echo "== pure Python (AIOKPROD_NO_EXTENSIONS=1): $(PURE_PYTHON_TESTS)"
+	AIOKPROD_NO_EXTENSIONS=1 $(VENV)/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(PURE_PYTHON_TESTS)
 
 # The tiers on every supported Python but .venv's. A Python this machine lacks is skipped with
 # one line saying so, except under CI=true, where it fails the run (CI must prove each one).
@@ -66,13 +104,14 @@ test-python-%:
 		exit 0; \
 	fi; \
 	$(MAKE) --no-print-directory .venv-$*/.installed-stamp && \
-	echo "== Python $*: $(OTHER_PYTHON_TESTS)" && \
-	.venv-$*/bin/pytest -q -p no:cacheprovider $(OTHER_PYTHON_TESTS)
+	echo "== Python $*: $(TIER_TESTS)" && \
+	.venv-$*/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(TIER_TESTS)
 
+# only what the tiers need (the `test-tiers` extra), not Spark, the docs toolchain or linters
 .venv-%/.installed-stamp: pyproject.toml setup.py $(NATIVE_SOURCES)
 	test -x .venv-$*/bin/python || { py=$$($(FIND_PYTHON) $*) && "$$py" -m venv .venv-$*; }
 	.venv-$*/bin/python -m pip install -q --upgrade pip
-	.venv-$*/bin/python -m pip install -q -e '.[test]'
+	.venv-$*/bin/python -m pip install -q -e '.[test-tiers]'
 	touch $@
 
 demo: $(STAMP)
@@ -104,5 +143,5 @@ bench-spark: $(STAMP)
 	$(PY) benchmarks/spark_sink.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-* build site *.egg-info .mypy_cache .ruff_cache .pytest_cache \
+	rm -rf $(VENV) .venv-* build site *.egg-info .mypy_cache .ruff_cache .pytest_cache $(BESIDE_LOG) \
 		aiokprod/_native/*.so aiokprod/_native/*.c

@@ -22,7 +22,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from aiokprod import Producer, RecordMetadata
-from support.proxy import ProxyThread, tansu_behind_proxy
+from support.proxy import ProxyStatistics, ProxyThread, tansu_behind_proxy
 from support.reader import read_back
 
 PARTITIONS = 6
@@ -85,24 +85,34 @@ async def run_producer(bootstrap: str, topic: str, count: int, *, idempotent: bo
     return acked, failed
 
 
-def run_scenario(seed: int, count: int, *, idempotent: bool) -> Outcome:
-    topic = f"eos-{seed}-{'idem' if idempotent else 'plain'}"
-    with tansu_behind_proxy(seed=seed) as (broker, proxy):
-        broker.create_topic(topic, PARTITIONS)
-        plan_faults(proxy, seed, count)
-        acked, failed = asyncio.run(run_producer(proxy.bootstrap, topic, count,
-                                                 idempotent=idempotent, seed=seed))
-        proxy.faults.clear()
-        stats = proxy.statistics()
-        log = [(r.partition, r.offset, int(r.value or b"-1"))
-               for r in read_back(broker.bootstrap, topic, expected=count, timeout=60,
-                                  settle=1.0)]
+def run_through_proxy(proxy: ProxyThread, bootstrap: str, topic: str, seed: int, count: int,
+                      *, idempotent: bool) -> tuple[Outcome, ProxyStatistics]:
+    """The scenario on any broker behind ``proxy`` once ``topic`` exists there (Tansu here,
+    Apache Kafka in test_kafka_exactly_once.py): faults planned from ``seed``, ``count``
+    records produced through the proxy, the faults cleared, everything read back from the
+    broker itself (``bootstrap``)."""
+    plan_faults(proxy, seed, count)
+    acked, failed = asyncio.run(run_producer(proxy.bootstrap, topic, count,
+                                             idempotent=idempotent, seed=seed))
+    proxy.faults.clear()
+    stats = proxy.statistics()
+    log = [(r.partition, r.offset, int(r.value or b"-1"))
+           for r in read_back(bootstrap, topic, expected=count, timeout=60, settle=1.0)]
     return Outcome(count, acked, failed, log, {
         "produce_requests": stats.produce_requests,
         "responses_dropped": stats.produce_responses_dropped,
         "responses_stalled": stats.produce_responses_stalled,
         "requests_reset": stats.produce_requests_reset,
-    })
+    }), stats
+
+
+def run_scenario(seed: int, count: int, *, idempotent: bool) -> Outcome:
+    topic = f"eos-{seed}-{'idem' if idempotent else 'plain'}"
+    with tansu_behind_proxy(seed=seed) as (broker, proxy):
+        broker.create_topic(topic, PARTITIONS)
+        outcome, _ = run_through_proxy(proxy, broker.bootstrap, topic, seed, count,
+                                       idempotent=idempotent)
+    return outcome
 
 
 def assert_exactly_once(outcome: Outcome) -> None:

@@ -18,18 +18,17 @@ only), which DescribeProducers on the leader confirms.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from test_exactly_once import PARTITIONS, Outcome, assert_exactly_once, plan_faults, run_producer
+from test_exactly_once import PARTITIONS, Outcome, assert_exactly_once, run_through_proxy
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod.protocol import InitProducerIdRequest
 from support.kafka_cluster import KafkaCluster
-from support.proxy import ProxyThread
+from support.kafka_fixtures import kafka_behind_proxy
 from support.reader import read_back
 
 INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
@@ -37,42 +36,15 @@ INIT_PRODUCER_ID = InitProducerIdRequest.API_KEY
 FALLBACK_MESSAGE = "epoch bump refused"
 
 
-@contextlib.contextmanager
-def kafka_behind_proxy(kafka_factory: Callable[..., KafkaCluster], seed: int,
-                       version: str | None = None
-                       ) -> Iterator[tuple[KafkaCluster, ProxyThread]]:
-    """A 1-node Kafka advertising a proxy's port to clients, and that proxy.
-
-    The proxy binds first (its port must be in the broker's advertised.listeners); the broker
-    then starts on free ports and the proxy is pointed at its PLAINTEXT port. Clients should
-    bootstrap to ``proxy.bootstrap``.
-    """
-    with ProxyThread(seed=seed) as proxy:
-        cluster = kafka_factory(brokers=1, advertised_ports={1: proxy.port}, version=version)
-        proxy.set_upstream("127.0.0.1", cluster.port(1))
-        yield cluster, proxy
-
-
 def run_scenario_kafka(kafka_factory: Callable[..., KafkaCluster], seed: int, count: int, *,
                        idempotent: bool) -> tuple[Outcome, int]:
     """``test_exactly_once.run_scenario`` on Kafka; also returns InitProducerId requests seen."""
     topic = f"eos-kafka-{seed}-{'idem' if idempotent else 'plain'}"
-    with kafka_behind_proxy(kafka_factory, seed) as (cluster, proxy):
-        cluster.create_topic(topic, PARTITIONS)
-        plan_faults(proxy, seed, count)
-        acked, failed = asyncio.run(run_producer(proxy.bootstrap, topic, count,
-                                                 idempotent=idempotent, seed=seed))
-        proxy.faults.clear()
-        stats = proxy.statistics()
-        log = [(r.partition, r.offset, int(r.value or b"-1"))
-               for r in read_back(cluster.bootstrap, topic, expected=count, timeout=60,
-                                  settle=1.0)]
-    return Outcome(count, acked, failed, log, {
-        "produce_requests": stats.produce_requests,
-        "responses_dropped": stats.produce_responses_dropped,
-        "responses_stalled": stats.produce_responses_stalled,
-        "requests_reset": stats.produce_requests_reset,
-    }), stats.requests_by_api_key.get(INIT_PRODUCER_ID, 0)
+    with kafka_behind_proxy(kafka_factory, seed=seed) as node:
+        node.cluster.create_topic(topic, PARTITIONS)
+        outcome, stats = run_through_proxy(node.proxy, node.cluster.bootstrap, topic, seed,
+                                           count, idempotent=idempotent)
+    return outcome, stats.requests_by_api_key.get(INIT_PRODUCER_ID, 0)
 
 
 def test_exactly_once_under_proxy_faults_kafka(
@@ -131,7 +103,8 @@ async def test_bump_through_init_producer_id_on_kafka(
 ) -> None:
     caplog.set_level(logging.INFO, logger="aiokprod")
     topic = "bump-kafka"
-    with kafka_behind_proxy(kafka_factory, 7, version) as (cluster, proxy):
+    with kafka_behind_proxy(kafka_factory, seed=7, version=version) as node:
+        cluster, proxy = node.cluster, node.proxy
         await asyncio.to_thread(cluster.create_topic, topic, 2)
         async with Producer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True,
                             linger_ms=1, batch_size=2048, request_timeout_ms=800,

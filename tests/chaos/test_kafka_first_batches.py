@@ -16,6 +16,7 @@ answer after the broker appended the batch. Then confluent-kafka reads everythin
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -26,24 +27,12 @@ import pytest
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod._error_codes import ErrorCode
-from support.kafka_cluster import KafkaCluster
-from support.kafka_fixtures import jars_for
-from support.proxy import ProxyThread
+from support.kafka_fixtures import KafkaBehindProxy, jars_for, kafka_behind_proxy, start_kafka
 from support.reader import read_back
 
 VERSIONS = ("4.4.0", "3.9.1")
 PARTITIONS = 6
 KEYS = 24
-
-
-@dataclass
-class KafkaBehindProxy:
-    cluster: KafkaCluster
-    proxy: ProxyThread
-
-    @property
-    def bootstrap(self) -> str:
-        return self.proxy.bootstrap
 
 
 @pytest.fixture(scope="module", params=VERSIONS, ids=[f"kafka-{v}" for v in VERSIONS])
@@ -52,17 +41,10 @@ def kafka_proxied(request: pytest.FixtureRequest,
     """One Kafka node of each release, auto-creating topics with 6 partitions, advertising a
     proxy's port to clients. Tests add fault rules and must clear them."""
     version: str = request.param
-    jars = jars_for(version)
-    with ProxyThread(seed=0) as proxy:
-        cluster = KafkaCluster(jars, work_dir=tmp_path_factory.mktemp(f"kafka-{version}"),
-                               advertised_ports={1: proxy.port},
-                               broker_config={"num.partitions": str(PARTITIONS)})
-        cluster.start()
-        try:
-            proxy.set_upstream("127.0.0.1", cluster.port(1))
-            yield KafkaBehindProxy(cluster, proxy)
-        finally:
-            cluster.stop()
+    start = functools.partial(start_kafka, jars_for(version),
+                              work_dir=tmp_path_factory.mktemp(f"kafka-{version}"))
+    with kafka_behind_proxy(start, broker_config={"num.partitions": str(PARTITIONS)}) as node:
+        yield node
 
 
 @pytest.fixture

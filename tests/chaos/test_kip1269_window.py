@@ -15,11 +15,11 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from test_kafka_exactly_once import kafka_behind_proxy
 
 from aiokprod import Producer
 from aiokprod.network.metadata import TopicPartition
 from support.kafka_cluster import KafkaCluster
+from support.kafka_fixtures import kafka_behind_proxy
 from support.proxy import set_batches_to_retain, tansu_behind_proxy
 from support.reader import read_back
 
@@ -53,7 +53,8 @@ async def produce_and_watch(bootstrap: str, topic: str, count: int, max_in_fligh
 @pytest.mark.parametrize("window", [20])
 def test_window_learned_from_broker_is_used_and_respected(
         kafka_factory: Callable[..., KafkaCluster], window: int) -> None:
-    with kafka_behind_proxy(kafka_factory, seed=7) as (cluster, proxy):
+    with kafka_behind_proxy(kafka_factory, seed=7) as node:
+        cluster, proxy = node.cluster, node.proxy
         cluster.create_topic("kip1269", 1)
         proxy.proxy.speak_produce_v14 = True
         proxy.faults.rtt_ms = 50
@@ -102,7 +103,8 @@ def test_a_leader_change_resets_the_window_to_five(
                 callback(["moves"])
             return learned, sender._idem.partition_state(TopicPartition("moves", 0)).in_flight_limit
 
-    with kafka_behind_proxy(kafka_factory, seed=7) as (cluster, proxy):
+    with kafka_behind_proxy(kafka_factory, seed=7) as node:
+        cluster, proxy = node.cluster, node.proxy
         cluster.create_topic("moves", 1)
         proxy.proxy.speak_produce_v14 = True
         proxy.faults.rewrite_produce_responses(set_batches_to_retain(20))

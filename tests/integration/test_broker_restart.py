@@ -36,6 +36,7 @@ import pytest
 
 from aiokprod import Producer, RecordMetadata
 from aiokprod.devbroker import DevBrokerError, TansuBroker
+from aiokprod.network.metadata import TopicPartition
 from support.processes import stop_all_threads
 from support.reader import read_back
 
@@ -71,6 +72,20 @@ def _kill_and_restart(broker: TansuBroker, topic: str) -> float:
     return restarted
 
 
+async def _until_on_the_wire(producer: Producer, topic: str, partitions: list[int]) -> None:
+    """Wait until each partition has a batch on the wire (sent to the frozen broker, so it
+    stays there): what the kill must catch. Milliseconds normally; the bound is for a loaded
+    machine, and says so rather than killing the broker with nothing in flight."""
+    sender = producer._sender
+    assert sender is not None and sender._idem is not None
+    idem = sender._idem
+    deadline = time.monotonic() + 30
+    while not all(idem.partition_state(TopicPartition(topic, p)).on_wire_count > 0
+                  for p in partitions):
+        assert time.monotonic() < deadline, "no batch of every partition on the wire in 30 s"
+        await asyncio.sleep(0.01)
+
+
 async def _stream(broker: TansuBroker, topic: str, *, one_partition: bool) -> tuple[
         dict[int, RecordMetadata], dict[int, BaseException], dict[int, float], list[float]]:
     acked: dict[int, RecordMetadata] = {}
@@ -100,7 +115,8 @@ async def _stream(broker: TansuBroker, topic: str, *, one_partition: bool) -> tu
                 # acknowledge a record the test counts as held across the restart
                 stop_all_threads(broker.pid)
             if n - FROZEN_RECORDS in RESTARTS_AT:
-                await asyncio.sleep(0.2)  # let the sender put them on the wire
+                await _until_on_the_wire(producer, topic, [0] if one_partition else
+                                         list(range(PARTITIONS)))
                 restarted.append(await asyncio.to_thread(_kill_and_restart, broker, topic))
             future = await producer.send(topic, str(n).encode(), key=f"key-{n % KEYS}".encode(),
                                          partition=0 if one_partition else None)

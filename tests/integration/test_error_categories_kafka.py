@@ -12,9 +12,9 @@ broker's limit. read_committed shows only what the application committed.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
@@ -30,40 +30,23 @@ from aiokprod.errors import (
     TransactionAbortableError,
 )
 from aiokprod.producer import transaction_manager
-from support.faults import FaultPlan
-from support.kafka_cluster import KafkaCluster
+from support.kafka_fixtures import KafkaBehindProxy, kafka_behind_proxy, start_kafka
 from support.kafka_jars import KafkaJars
-from support.proxy import ProxyThread
 from support.reader import read_back
-
-
-@dataclass
-class Proxied:
-    kafka: KafkaCluster
-    proxy: Proxied
-
-    @property
-    def faults(self) -> FaultPlan:
-        return self.proxy.faults
 
 
 @pytest.fixture(scope="module")
 def proxied_kafka(kafka_jars: KafkaJars,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxied]:
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBehindProxy]:
     """One Kafka node advertising a proxy's port: every client connection crosses it."""
-    with ProxyThread(seed=7) as proxy:
-        cluster = KafkaCluster(kafka_jars, work_dir=tmp_path_factory.mktemp("kafka-categories"),
-                               advertised_ports={1: proxy.port})
-        cluster.start()
-        try:
-            proxy.set_upstream("127.0.0.1", cluster.port(1))
-            yield Proxied(cluster, proxy)
-        finally:
-            cluster.stop()
+    start = functools.partial(start_kafka, kafka_jars,
+                              work_dir=tmp_path_factory.mktemp("kafka-categories"))
+    with kafka_behind_proxy(start, seed=7) as node:
+        yield node
 
 
 @pytest.fixture
-def proxy(proxied_kafka: Proxied) -> Iterator[Proxied]:
+def proxy(proxied_kafka: KafkaBehindProxy) -> Iterator[KafkaBehindProxy]:
     proxied_kafka.faults.clear()
     yield proxied_kafka
     proxied_kafka.faults.clear()
@@ -75,16 +58,16 @@ def transaction_version(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
     return int(request.param)
 
 
-def new_topic(proxy: Proxied, **config: str) -> str:
+def new_topic(proxy: KafkaBehindProxy, **config: str) -> str:
     topic = f"categories-{uuid.uuid4().hex[:8]}"
-    proxy.kafka.create_topic(topic, 1, config=config)
+    proxy.cluster.create_topic(topic, 1, config=config)
     return topic
 
 
-def producer(proxy: Proxied, txn_id: str, **settings: object) -> Producer:
+def producer(proxy: KafkaBehindProxy, txn_id: str, **settings: object) -> Producer:
     settings.setdefault("linger_ms", 2)
     settings.setdefault("max_block_ms", 20000)
-    return Producer(proxy.proxy.bootstrap, transactional_id=txn_id,
+    return Producer(proxy.bootstrap, transactional_id=txn_id,
                     **settings)  # type: ignore[arg-type]
 
 
@@ -99,14 +82,14 @@ async def unit_of_work(p: Producer, topic: str, values: list[bytes]) -> KafkaErr
         return exc
 
 
-def committed(proxy: Proxied, topic: str, expected: int) -> list[bytes]:
-    records = read_back(proxy.kafka.bootstrap, topic, expected=expected, settle=0.5,
+def committed(proxy: KafkaBehindProxy, topic: str, expected: int) -> list[bytes]:
+    records = read_back(proxy.cluster.bootstrap, topic, expected=expected, settle=0.5,
                         isolation_level="read_committed")
     return sorted(r.value for r in records if r.value is not None)
 
 
 async def test_a_retriable_error_out_of_time_surfaces_as_abortable(
-    proxy: Proxied, transaction_version: int
+    proxy: KafkaBehindProxy, transaction_version: int
 ) -> None:
     """The broker refuses every Produce with NOT_ENOUGH_REPLICAS (retriable) until
     delivery.timeout.ms: the record fails with KafkaTimeoutError (retriable), but the
@@ -131,7 +114,7 @@ async def test_a_retriable_error_out_of_time_surfaces_as_abortable(
 
 
 async def test_an_abortable_error_aborts_the_block_and_the_producer_carries_on(
-    proxy: Proxied, transaction_version: int
+    proxy: KafkaBehindProxy, transaction_version: int
 ) -> None:
     """A record over the topic's max.message.bytes: MESSAGE_TOO_LARGE from the broker."""
     topic = new_topic(proxy, **{"max.message.bytes": "2000"})
@@ -144,7 +127,7 @@ async def test_an_abortable_error_aborts_the_block_and_the_producer_carries_on(
 
 
 async def test_an_application_recoverable_error_needs_a_new_producer(
-    proxy: Proxied, transaction_version: int
+    proxy: KafkaBehindProxy, transaction_version: int
 ) -> None:
     """Fenced by a second instance: the block raises ProducerFencedError, the producer refuses
     every further transaction, and a new producer with the same transactional id (the
@@ -170,7 +153,7 @@ async def test_an_application_recoverable_error_needs_a_new_producer(
     assert committed(proxy, topic, 2) == [b"one", b"two"]
 
 
-async def test_an_invalid_configuration_error_says_fix_the_setting(proxy: Proxied) -> None:
+async def test_an_invalid_configuration_error_says_fix_the_setting(proxy: KafkaBehindProxy) -> None:
     """transaction_timeout_ms above the broker's transaction.max.timeout.ms (900000)."""
     p = producer(proxy, f"config-{uuid.uuid4().hex[:8]}", transaction_timeout_ms=1_000_000)
     try:

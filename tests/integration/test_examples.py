@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from aiokprod.devbroker import TansuBroker
 from support.example_venv import CleanPython, example_install, prepare
 from support.processes import frozen
 from support.reader import read_back
+from support.uvicorn_app import serve_fastapi_example
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPARK = ("spark_batch.py", "spark_streaming.py")
@@ -111,42 +111,10 @@ def test_example_runs_from_a_clean_venv(name: str, site_dir: Path, tansu: TansuB
 @contextmanager
 def _uvicorn(clean: CleanPython, bootstrap: str, cwd: Path) -> Iterator[str]:
     """The FastAPI example under uvicorn from the clean venv; ended by PID and reaped."""
-    port = _free_port()
-    log = cwd / "uvicorn.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [clean.python, "-m", "uvicorn", "--app-dir", str(EXAMPLES), "fastapi_app:app",
-             "--host", "127.0.0.1", "--port", str(port), "--no-access-log"],
-            env=clean.env(KAFKA_BOOTSTRAP_SERVERS=bootstrap), cwd=cwd, stdout=out,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, \
-                f"pip install {' '.join(clean.install)}; uvicorn exited:\n" \
-                f"{log.read_text()[-3000:]}"
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"uvicorn did not come up:\n{log.read_text()}"
-            time.sleep(0.05)
+    with serve_fastapi_example(clean.python, env=clean.env(KAFKA_BOOTSTRAP_SERVERS=bootstrap),
+                               log_path=cwd / "uvicorn.log", cwd=cwd,
+                               what=f"pip install {' '.join(clean.install)}") as (url, _):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_fastapi_example_serves_from_a_clean_venv_and_bounds_a_stalled_request(

@@ -14,13 +14,13 @@ import pytest
 from confluent_kafka import Producer as ConfluentProducer
 from test_raw_produce import check_read_back, produce_raw
 
-from aiokprod import Producer, RecordMetadata
+from aiokprod import Producer
 from aiokprod.network.cluster import Cluster
 from aiokprod.protocol import InitProducerIdRequest
 from support.kafka_cluster import KAFKA_VERSION, KafkaCluster
 from support.reader import read_back
+from support.round_trip import CODECS, round_trip_varied_records
 
-CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 ISOLATION_LEVELS = ["read_committed", "read_uncommitted"]
 
 
@@ -41,29 +41,8 @@ def test_cluster_shapes(kafka: KafkaCluster, kafka3: KafkaCluster) -> None:
 async def test_records_round_trip_read_back_by_confluent(
     kafka: KafkaCluster, kafka_topic: Callable[..., str], codec: str
 ) -> None:
-    topic = kafka_topic(partitions=3)
-    sent: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = []
-    async with Producer(bootstrap_servers=kafka.bootstrap, compression_type=codec,
-                        linger_ms=2) as producer:
-        deliveries = []
-        for i in range(300):
-            key = f"k{i % 7}".encode() if i % 5 else None
-            value = None if i % 11 == 0 else f"value-{i}".encode() * (1 + i % 4)
-            headers = [("n", str(i).encode()), ("none", None)] if i % 3 == 0 else []
-            ts = 1_700_000_000_000 + i
-            deliveries.append(await producer.send(topic, value=value, key=key,
-                                                  timestamp_ms=ts, headers=headers))
-            sent.append((key, value, headers, ts))
-        metas: list[RecordMetadata] = [await d for d in deliveries]
-    for isolation in ISOLATION_LEVELS:
-        records = read_back(kafka.bootstrap, topic, expected=len(sent),
-                            isolation_level=isolation)
-        assert len(records) == len(sent), isolation
-        got = {(r.partition, r.offset): r for r in records}
-        for (key, value, headers, ts), md in zip(sent, metas, strict=True):
-            r = got[(md.partition, md.offset)]
-            assert (r.key, r.value, r.timestamp) == (key, value, ts)
-            assert list(r.headers or []) == headers
+    await round_trip_varied_records(kafka.bootstrap, kafka_topic(partitions=3), codec,
+                                    isolation_levels=ISOLATION_LEVELS)
 
 
 def _transaction(bootstrap: str, topic: str, values: list[bytes], *, commit: bool) -> None:

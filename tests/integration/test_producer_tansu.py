@@ -19,39 +19,15 @@ from aiokprod.errors import (
 )
 from aiokprod.protocol import MetadataRequest, MetadataResponse
 from support.reader import read_back
+from support.round_trip import CODECS, round_trip_varied_records
 from support.scripted_broker import ScriptedBroker, ScriptedRequest
-
-CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
 @pytest.mark.parametrize("codec", CODECS)
 async def test_records_round_trip_through_independent_reader(
     tansu: TansuBroker, new_topic: Callable[..., str], codec: str
 ) -> None:
-    topic = new_topic(partitions=3)
-    sent: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = []
-    async with Producer(bootstrap_servers=tansu.bootstrap, compression_type=codec,
-                        linger_ms=2) as producer:
-        deliveries = []
-        for i in range(300):
-            key = f"k{i % 7}".encode() if i % 5 else None
-            value = None if i % 11 == 0 else f"value-{i}".encode() * (1 + i % 4)
-            headers = [("n", str(i).encode()), ("none", None)] if i % 3 == 0 else []
-            ts = 1_700_000_000_000 + (i * 7919 % 300) * 997  # out of order within a batch
-            deliveries.append(await producer.send(topic, value=value, key=key,
-                                                  timestamp_ms=ts, headers=headers))
-            sent.append((key, value, headers, ts))
-        metas: list[RecordMetadata] = [await d for d in deliveries]
-    assert all(m.offset >= 0 and m.topic == topic for m in metas)
-    records = read_back(tansu.bootstrap, topic, expected=len(sent))
-    assert len(records) == len(sent)
-    got = {(r.partition, r.offset): r for r in records}
-    for (key, value, headers, ts), md in zip(sent, metas, strict=True):
-        r = got[(md.partition, md.offset)]
-        assert (r.key, r.value, r.timestamp) == (key, value, ts)
-        assert list(r.headers or []) == headers
-        assert md.serialized_value_size == (-1 if value is None else len(value))
-        assert md.timestamp == ts
+    await round_trip_varied_records(tansu.bootstrap, new_topic(partitions=3), codec)
 
 
 async def test_keyed_records_keep_partition_and_order(

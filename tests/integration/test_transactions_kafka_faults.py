@@ -19,7 +19,7 @@ from aiokprod import Producer
 from aiokprod.producer import transaction_manager
 from aiokprod.protocol import AddPartitionsToTxnRequest, EndTxnRequest
 from support.kafka_cluster import KafkaCluster
-from support.proxy import ProxyThread
+from support.kafka_fixtures import kafka_behind_proxy
 from support.reader import read_back
 
 
@@ -29,9 +29,8 @@ def test_lost_produce_and_end_txn_answers_still_commit_exactly_once(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(transaction_manager, "MAX_TRANSACTION_VERSION", transaction_version)
-    with ProxyThread(seed=13) as proxy:
-        cluster = kafka_factory(brokers=1, advertised_ports={1: proxy.port})
-        proxy.set_upstream("127.0.0.1", cluster.port(1))
+    with kafka_behind_proxy(kafka_factory, seed=13) as node:
+        cluster, proxy = node.cluster, node.proxy
         topic = "txn-faults"
         cluster.create_topic(topic, 3)
 

@@ -12,6 +12,10 @@ from types import ModuleType
 
 import pytest
 
+# the generator is a tool run on .venv's Python (`make gen`), not part of the package: the same
+# on every Python and encoder, so `make test` runs these once
+pytestmark = pytest.mark.static
+
 REPO = Path(__file__).resolve().parents[2]
 # the vendored specs (tools/kafka-specs/README.md): the generator needs nothing outside the repo
 SPECS = REPO / "tools" / "kafka-specs"

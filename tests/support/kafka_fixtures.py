@@ -13,6 +13,9 @@
   default release is the shared ``kafka`` node. Shared like ``kafka``: do not stop it.
 * ``kafka_factory`` — private clusters for a test that kills, stops or restarts brokers, or
   needs an advertised port (a proxy in front); all stopped when the test ends.
+* ``kafka_behind_proxy(start, seed=...)`` — not a fixture: one node that advertises a fault
+  proxy's port, so every client connection crosses the proxy; ``start`` is ``kafka_factory``
+  or ``start_kafka`` with a module's jars and directory (for a module-scoped node).
 
 Without Java or Maven (or when Maven Central cannot be reached) every Kafka test skips with
 one line saying why — except under ``CI=true``, where that is a failure, so a CI run cannot
@@ -26,11 +29,14 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 
+from support.faults import FaultPlan
 from support.kafka_cluster import (
     KAFKA_VERSION,
     KafkaCluster,
@@ -39,6 +45,7 @@ from support.kafka_cluster import (
     ensure_kafka_jars,
     with_class_archive,
 )
+from support.proxy import ProxyThread
 
 _TOPIC_UNSAFE = re.compile(r"[^a-zA-Z0-9._-]+")
 
@@ -204,3 +211,46 @@ def kafka_topic(kafka: KafkaCluster, request: pytest.FixtureRequest) -> Callable
         return name
 
     return create
+
+
+def start_kafka(jars: KafkaJars, **kwargs: Any) -> KafkaCluster:
+    """Start a ``KafkaCluster`` (kwargs go to it); the caller stops it."""
+    return KafkaCluster(jars, **kwargs).start()
+
+
+@dataclass
+class KafkaBehindProxy:
+    """A one-node Kafka that advertises a proxy's port, and that proxy."""
+
+    cluster: KafkaCluster
+    proxy: ProxyThread
+
+    @property
+    def bootstrap(self) -> str:
+        """Where clients connect: the proxy, so their every connection crosses it."""
+        return self.proxy.bootstrap
+
+    @property
+    def faults(self) -> FaultPlan:
+        return self.proxy.faults
+
+
+@contextmanager
+def kafka_behind_proxy(start: Callable[..., KafkaCluster], *, seed: int = 0,
+                       **kwargs: Any) -> Iterator[KafkaBehindProxy]:
+    """One Kafka node whose PLAINTEXT listener clients reach only through a fault proxy.
+
+    The proxy binds first: its port must be in the node's ``advertised.listeners``, so the
+    metadata sends clients back to it. ``start(advertised_ports=..., **kwargs)`` then starts the
+    node on free ports (``kafka_factory``, which takes ``version=``; or
+    ``functools.partial(start_kafka, jars, work_dir=...)`` for a node a module shares) and the
+    proxy is pointed at it. ``seed`` seeds the proxy's random faults. The node is stopped on
+    exit (``stop`` is idempotent, so ``kafka_factory`` stopping it again is harmless).
+    """
+    with ProxyThread(seed=seed) as proxy:
+        cluster = start(advertised_ports={1: proxy.port}, **kwargs)
+        try:
+            proxy.set_upstream("127.0.0.1", cluster.port(1))
+            yield KafkaBehindProxy(cluster, proxy)
+        finally:
+            cluster.stop()

@@ -16,10 +16,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(
+# a check of the source tree, the same on every Python and encoder: `make test` runs it once
+pytestmark = [pytest.mark.static, pytest.mark.skipif(
     importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
     reason="mkdocs / mkdocstrings are not installed (pip install -e '.[test]')",
-)
+)]
 
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:

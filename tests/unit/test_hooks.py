@@ -73,6 +73,7 @@ bad_interceptor: ProducerInterceptor = OnlySend()  # line BAD_INTERCEPTOR
 '''
 
 
+@pytest.mark.static  # mypy on a snippet: the same on every Python and encoder
 def test_the_protocols_accept_fitting_hooks_and_reject_the_others(tmp_path: Path) -> None:
     api = pytest.importorskip("mypy.api")
     source = tmp_path / "hooks_user.py"

@@ -5,9 +5,10 @@ broker."""
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
-from dataclasses import dataclass, field
-from itertools import count, pairwise
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, cast
 
 import pytest
@@ -29,10 +30,10 @@ from aiokprod.producer.retry_policy import classify
 from aiokprod.producer.sequences import (
     MAX_PRODUCER_EPOCH,
     MAX_SEQUENCE,
-    increment_sequence,
-    last_sequence,
     sequence_precedes,
 )
+from support.batch_double import Batch
+from support.sim_broker import PARTITIONS, SimPartition
 
 E = ErrorCode
 S = ProducerIdState
@@ -52,33 +53,6 @@ def insert_in_sequence_order(queue: Any, batch: Any) -> int:
         index += 1
     queue.insert(index, batch)
     return index
-_ids = count()
-
-
-@dataclass(eq=False)
-class Batch:
-    """Stands in for producer.batch.ProducerBatch (satisfies SequencedBatch)."""
-
-    topic: str = "t"
-    partition: int = 0
-    record_count: int = 1
-    base_sequence: int = -1
-    producer_id: int = -1
-    producer_epoch: int = -1
-    attempts: int = 0
-    records: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.records:
-            self.records = [next(_ids) for _ in range(self.record_count)]
-
-    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-        self.producer_id, self.producer_epoch, self.base_sequence = (
-            producer_id, producer_epoch, base_sequence)
-
-    @property
-    def header(self) -> tuple[int, int, int]:
-        return self.producer_id, self.producer_epoch, self.base_sequence
 
 
 @dataclass(frozen=True)
@@ -820,65 +794,12 @@ def test_statistics_and_repr() -> None:
 # ---- stateful property test ---------------------------------------------------------------
 
 @dataclass
-class _ProducerEntry:
-    epoch: int
-    last_seq: int = -1
-    retained: deque[tuple[int, int, int]] = field(default_factory=deque)
-
-
-class SimBroker:
-    """One partition's leader, applying the broker's four checks (docs/idempotence.md, B1-B4)
-    in order."""
-
-    def __init__(self, *, lenient: bool = False) -> None:
-        self.window = 5  # ProducerStateBatchesToRetain
-        self.producers: dict[int, _ProducerEntry] = {}
-        self.log: list[int] = []
-        # Apache Kafka takes any first sequence from a producer id it holds no state for
-        # (its leniency for producers whose state expired); Tansu wants 0 (check 2)
-        self.lenient = lenient
-
-    def append(self, pid: int, epoch: int, base: int, records: list[int]) -> tuple[int, int]:
-        last = last_sequence(base, len(records))
-        entry = self.producers.get(pid)
-        if entry is not None and entry.epoch == epoch:  # check 1: a batch it remembers
-            for first, end, offset in entry.retained:
-                if (first, end) == (base, last):
-                    return E.NONE, offset
-        if entry is None:  # check 2
-            if base != 0 and not self.lenient:
-                return E.UNKNOWN_PRODUCER_ID, -1
-            entry = self.producers[pid] = _ProducerEntry(epoch)
-        elif epoch > entry.epoch:  # check 3
-            if base != 0:
-                return E.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
-            entry.epoch, entry.last_seq = epoch, -1
-            entry.retained.clear()
-        elif epoch < entry.epoch:
-            return E.INVALID_PRODUCER_EPOCH, -1
-        else:  # check 4
-            expected = 0 if entry.last_seq < 0 else increment_sequence(entry.last_seq, 1)
-            if base != expected:
-                if entry.last_seq >= 0 and sequence_precedes(base, expected):
-                    return E.DUPLICATE_SEQUENCE_NUMBER, -1
-                return E.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
-        offset = len(self.log)
-        self.log.extend(records)
-        entry.last_seq = last
-        entry.retained.append((base, last, offset))
-        while len(entry.retained) > self.window:
-            entry.retained.popleft()
-        return E.NONE, offset
-
-
-@dataclass
 class _Request:
     batch: Batch
     header: tuple[int, int, int]  # what went on the wire; later restamps do not change it
     records: list[int]
 
 
-PARTITIONS = (0, 1)
 FAULTS = ("ok", "ok", "ok", "lost_response", "dropped", "not_leader", "timed_out_after_write")
 
 
@@ -894,8 +815,9 @@ class IdempotenceMachine(RuleBasedStateMachine):
         # no partition has an acknowledged batch yet: its first batches are in play too
         self.clock = Clock()
         self.m = ready(pipelined=False, clock=self.clock)
-        # partition 0's leader is Tansu-like, partition 1's Kafka-like (lenient)
-        self.brokers = {p: SimBroker(lenient=p == 1) for p in PARTITIONS}
+        # partition 0's leader wants a first sequence of 0 (Tansu), partition 1's takes any
+        # (Apache Kafka's leniency); both answer a batch they remember with its offset
+        self.brokers = {p: SimPartition(lenient=p == 1, remembered=E.NONE) for p in PARTITIONS}
         self.queues: dict[int, deque[Batch]] = {p: deque() for p in PARTITIONS}
         self.wire: dict[int, deque[_Request]] = {p: deque() for p in PARTITIONS}
         self.answers: dict[int, deque[tuple[Batch, int]]] = {p: deque() for p in PARTITIONS}
@@ -1087,7 +1009,10 @@ class IdempotenceMachine(RuleBasedStateMachine):
         self.acknowledged_records_are_in_the_log()
 
 
+# like the other two machines: AIOKPROD_MACHINE_EXAMPLES=5000 for a long hunt, fewer for
+# `make test-quick`
 IdempotenceMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=50, deadline=None,
+    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", "300")),
+    stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestIdempotenceMachine = IdempotenceMachine.TestCase

@@ -9,12 +9,13 @@ IdempotenceManager; tests/chaos/test_kafka_first_batches.py checks them against 
 
 from __future__ import annotations
 
-from test_idempotence_reset import Batch, broker_forgets_us, retry, send
+from test_idempotence_reset import broker_forgets_us, retry, send
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import OutOfOrderSequenceNumberError
 from aiokprod.producer.idempotence import Action, IdempotenceManager
 from aiokprod.producer.sequences import LEADER_STATE_IDLE_S
+from support.batch_double import Batch
 
 E = ErrorCode
 

@@ -10,40 +10,13 @@ OUT_OF_ORDER_SEQUENCE_NUMBER until delivery.timeout.ms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from itertools import count
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.producer.idempotence import Action, IdempotenceManager, ProducerIdState
+from support.batch_double import Batch
 
 E = ErrorCode
 S = ProducerIdState
-_ids = count()
-
-
-@dataclass(eq=False)
-class Batch:
-    """Stands in for ProducerBatch (satisfies sequences.SequencedBatch)."""
-
-    topic: str = "t"
-    partition: int = 0
-    record_count: int = 1
-    base_sequence: int = -1
-    producer_id: int = -1
-    producer_epoch: int = -1
-    attempts: int = 0
-    records: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.records = self.records or [next(_ids) for _ in range(self.record_count)]
-
-    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-        self.producer_id, self.producer_epoch, self.base_sequence = (
-            producer_id, producer_epoch, base_sequence)
-
-    @property
-    def header(self) -> tuple[int, int, int]:
-        return self.producer_id, self.producer_epoch, self.base_sequence
 
 
 def kip360_manager() -> IdempotenceManager:

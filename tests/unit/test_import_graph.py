@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# a check of the source tree, the same on every Python and encoder: `make test` runs it once
+pytestmark = pytest.mark.static
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "aiokprod"
 

@@ -7,13 +7,12 @@ the requester reads of it, the versions both sides serve.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
 from aiokprod.producer.producer_id import InitOutcome, ProducerIdRequester
 from aiokprod.protocol import InitProducerIdRequest, InitProducerIdResponse
+from support.batch_double import Batch
 
 E = ErrorCode
 
@@ -43,26 +42,9 @@ def _ready(transactional: bool) -> tuple[IdempotenceManager, ProducerIdRequester
     return idem, requester
 
 
-@dataclass(eq=False)
-class _Batch:
-    """One record (the manager's SequencedBatch)."""
-
-    topic: str = "t"
-    partition: int = 0
-    base_sequence: int = -1
-    producer_id: int = -1
-    producer_epoch: int = -1
-    attempts: int = 0
-    record_count: int = 1
-
-    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-        self.producer_id, self.producer_epoch = producer_id, producer_epoch
-        self.base_sequence = base_sequence
-
-
 def _lose_state(idem: IdempotenceManager, partition: int = 0) -> None:
     """A batch answered UNKNOWN_PRODUCER_ID: the manager asks for a bump."""
-    batch = _Batch(partition=partition)
+    batch = Batch(partition=partition)
     assert idem.can_send(batch)
     idem.assign_sequence(batch)
     idem.on_error(batch, E.UNKNOWN_PRODUCER_ID)

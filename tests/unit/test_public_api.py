@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 import aiokprod
+
+# a check of the source tree, the same on every Python and encoder: `make test` runs it once
+pytestmark = pytest.mark.static
 
 
 def test_every_public_name_imports_from_the_package_root() -> None:

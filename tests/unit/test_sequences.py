@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,23 +18,7 @@ from aiokprod.producer.sequences import (
     sequence_distance,
     sequence_precedes,
 )
-
-
-@dataclass(eq=False)
-class Batch:
-    topic: str = "t"
-    partition: int = 0
-    record_count: int = 1
-    base_sequence: int = -1
-    producer_id: int = -1
-    producer_epoch: int = -1
-    attempts: int = 0
-    stamps: list[tuple[int, int, int]] = field(default_factory=list)
-
-    def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-        self.producer_id, self.producer_epoch, self.base_sequence = (
-            producer_id, producer_epoch, base_sequence)
-        self.stamps.append((producer_id, producer_epoch, base_sequence))
+from support.batch_double import Batch
 
 
 def test_batch_double_satisfies_the_protocol() -> None:

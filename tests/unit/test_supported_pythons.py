@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+# a check of the source tree, the same on every Python and encoder: `make test` runs it once
+pytestmark = pytest.mark.static
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pytest depends on tomli before 3.11

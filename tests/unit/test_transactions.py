@@ -200,10 +200,11 @@ def test_epoch_exhaustion_at_end_txn_moves_to_the_new_producer_id() -> None:
     # KIP-890: near 32767 the coordinator answers EndTxn with a new producer id at epoch 0;
     # the next transaction's batches start again at sequence 0 under it, one at a time until
     # its first is acknowledged (the leaders have never seen that id)
-    from test_idempotence_reset import Batch, send
+    from test_idempotence_reset import send
 
     from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
     from aiokprod.producer.sequences import MAX_PRODUCER_EPOCH
+    from support.batch_double import Batch
 
     idem = IdempotenceManager(transactional=True, bump_via_init_producer_id=True)
     idem.init_producer_id_params()

@@ -17,6 +17,9 @@ import pytest
 from aiokprod import Producer, ProducerConfig, ProducerSettings
 from aiokprod.settings import PlainSettings
 
+# a check of the source tree, the same on every Python and encoder: `make test` runs it once
+pytestmark = pytest.mark.static
+
 REPO = Path(__file__).resolve().parents[2]
 
 _HEADER = """\

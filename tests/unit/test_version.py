@@ -8,7 +8,12 @@ import re
 import warnings
 from pathlib import Path
 
+import pytest
+
 import aiokprod
+
+# a check of the source tree, the same on every Python and encoder: `make test` runs it once
+pytestmark = pytest.mark.static
 
 REPO = Path(__file__).resolve().parents[2]
 
