@@ -46,7 +46,6 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
 
 try:
     import pyarrow as pa
@@ -54,10 +53,11 @@ try:
     from pyspark.sql.datasource import (
         DataSource,
         DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
         DataSourceStreamWriter,
         WriterCommitMessage,
     )
-    from pyspark.sql.types import Row, StructType
+    from pyspark.sql.types import StructType
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"aiokprod.spark needs pyspark>=4.1 and pyarrow: pip install 'aiokprod[spark]' "
@@ -75,17 +75,9 @@ from aiokprod.spark._transactional import (
     stream_identity,
 )
 
-try:  # Spark 4.1+; on 4.0 the streaming sink takes the Row path
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter
-except ImportError:  # pragma: no cover - pyspark 4.0
-    DataSourceStreamArrowWriter = None  # type: ignore[assignment,misc]
-
 __all__ = ["KafkaDataSource", "KafkaSinkError", "SinkCommitMessage", "sink_options"]
 
 logger = logging.getLogger(__name__)
-
-# Rows per Arrow batch on the Row path, like spark.sql.execution.arrow.maxRecordsPerBatch.
-_ROWS_PER_BATCH = 10_000
 
 
 @dataclass
@@ -122,10 +114,7 @@ class KafkaDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # every output mode appends to the topic, as with Spark's own Kafka sink
-        settings = settings_from(self.options, schema)
-        if DataSourceStreamArrowWriter is not None:
-            return KafkaStreamArrowWriter(settings)
-        return KafkaStreamRowWriter(settings)  # pragma: no cover - pyspark 4.0
+        return KafkaStreamArrowWriter(settings_from(self.options, schema))
 
 
 # Local properties Spark's micro-batch execution sets for the tasks of a micro-batch
@@ -215,36 +204,14 @@ class KafkaArrowWriter(DataSourceArrowWriter):
         _abort(self.settings, messages, "save()")
 
 
-if DataSourceStreamArrowWriter is not None:
-
-    class KafkaStreamArrowWriter(DataSourceStreamArrowWriter):
-        """Streaming writes: each micro-batch's tasks send their Arrow batches."""
-
-        def __init__(self, settings: SinkSettings) -> None:
-            self.settings = settings
-
-        def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-            return _write_task(self.settings, iterator)
-
-        def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-            _commit(self.settings, messages, f"micro-batch {batchId}")
-
-        def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-            _abort(self.settings, messages, f"micro-batch {batchId}")
-
-
-class KafkaStreamRowWriter(DataSourceStreamWriter):
-    """The Row path, for Spark versions without Arrow stream writers (4.0).
-
-    Rows are gathered into Arrow batches of 10,000 and sent like the Arrow path's, so both
-    paths share one implementation.
-    """
+class KafkaStreamArrowWriter(DataSourceStreamArrowWriter):
+    """Streaming writes: each micro-batch's tasks send their Arrow batches."""
 
     def __init__(self, settings: SinkSettings) -> None:
         self.settings = settings
 
-    def write(self, iterator: Iterator[Row]) -> SinkCommitMessage:
-        return _write_task(self.settings, rows_to_batches(self.settings, iterator))
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return _write_task(self.settings, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _commit(self.settings, messages, f"micro-batch {batchId}")
@@ -265,41 +232,3 @@ def _mode(settings: SinkSettings) -> str:
 
 def _ours(messages: list[WriterCommitMessage | None]) -> list[SinkCommitMessage | None]:
     return [m if isinstance(m, SinkCommitMessage) else None for m in messages]
-
-
-_ARROW_TYPES: dict[str, Any] = {
-    "headers": pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
-    "partition": pa.int32(),
-    "timestamp": pa.timestamp("ms"),
-    "topic": pa.string(),
-}
-
-
-def rows_to_batches(settings: SinkSettings, rows: Iterator[Row]) -> Iterator[pa.RecordBatch]:
-    """Spark Rows as Arrow batches of the sink's columns (strings and bytes both as binary)."""
-    names = settings.columns
-    schema = pa.schema([(n, _ARROW_TYPES.get(n, pa.binary())) for n in names])
-    chunk: dict[str, list[Any]] = {n: [] for n in names}
-    count = 0
-    for row in rows:
-        record = row.asDict()
-        for n in names:
-            chunk[n].append(_row_value(n, record.get(n)))
-        count += 1
-        if count == _ROWS_PER_BATCH:
-            yield pa.RecordBatch.from_pydict(chunk, schema=schema)
-            chunk, count = {n: [] for n in names}, 0
-    if count:
-        yield pa.RecordBatch.from_pydict(chunk, schema=schema)
-
-
-def _row_value(name: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if name in ("key", "value") and isinstance(value, str):
-        return value.encode()
-    if name == "timestamp":  # a naive datetime in the session's local time, as Spark hands it
-        return int(value.timestamp() * 1000)
-    if name == "headers":
-        return [{"key": h["key"], "value": h["value"]} for h in value]
-    return value

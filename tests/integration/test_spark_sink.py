@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyspark import TaskContext
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import udf
 from pyspark.sql.types import (
     ArrayType,
@@ -35,7 +35,6 @@ from aiokprod.devbroker import TansuBroker
 from aiokprod.spark import (
     KafkaArrowWriter,
     KafkaSinkError,
-    KafkaStreamRowWriter,
     SinkCommitMessage,
 )
 from aiokprod.spark._executor import TaskWriter, cached_producer_count, close_all_producers
@@ -320,28 +319,6 @@ def test_tasks_of_one_worker_share_one_producer(tansu: TansuBroker,
         close_all_producers()
     assert cached_producer_count() == 0
     assert len(read_back(tansu.bootstrap, topic, expected=300, settle=0.3)) == 300
-
-
-def test_row_path_writes_rows(tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
-    """The Row writer (Spark without Arrow stream writers) shares the Arrow path's sending."""
-    topic = new_topic()
-    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType()),
-                         StructField("headers", HEADERS)])
-    writer = KafkaStreamRowWriter(settings_from(
-        {"kafka.bootstrap.servers": tansu.bootstrap, "topic": topic}, schema))
-    rows = [Row(key=f"k{i}", value=f"v{i}".encode(),
-                headers=[Row(key="n", value=str(i).encode())] if i % 2 else None)
-            for i in range(25)]
-    try:
-        message = writer.write(iter(rows))
-    finally:
-        close_all_producers()
-    assert isinstance(message, SinkCommitMessage)
-    assert (message.records, message.topics) == (25, ((topic, 25),))
-    records = read_back(tansu.bootstrap, topic, expected=25, settle=0.3)
-    assert [(r.key, r.value) for r in records] == [(f"k{i}".encode(), f"v{i}".encode())
-                                                   for i in range(25)]
-    assert [r.headers for r in records][:2] == [[], [("n", b"1")]]
 
 
 def test_commit_logs_a_summary(caplog: pytest.LogCaptureFixture) -> None:
