@@ -54,7 +54,7 @@ _UNSUPPORTED = {
                    "kafka.ssl.certificate.location and kafka.ssl.key.location",
     "sasl.oauth.token.provider": "a token provider is a Python callable; it cannot be given as "
                                  "a string option",
-    "transactional.id": "the sink derives a transactional id per task itself; use the "
+    "transactional.id": "the sink derives a transactional id per task attempt itself; use the "
                         "option 'transactional' = 'true' (and 'transactional.id.prefix' for "
                         "prefixed ACLs)",
 }
