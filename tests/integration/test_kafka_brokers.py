@@ -25,6 +25,7 @@ import pytest
 
 from aiokprod import Producer, RecordMetadata
 from support.kafka_cluster import KafkaCluster
+from support.processes import stop_all_threads
 from support.reader import read_back
 
 KEYS = 24
@@ -66,19 +67,6 @@ def in_flight_to(producer: Producer, node: int) -> bool:
     return bool(sender._in_flight_requests.get(node))
 
 
-async def requests_in_flight_to(producer: Producer, node: int, timeout: float = 5.0) -> None:
-    """Until the producer has a Produce request to ``node`` awaiting its answer.
-
-    Killing the leader while nothing is in flight would test only a metadata refresh, not
-    retries of batches the dead leader may have appended.
-    """
-    deadline = time.monotonic() + timeout
-    while not in_flight_to(producer, node):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no Produce request to node {node} in flight for {timeout}s")
-        await asyncio.sleep(0)
-
-
 async def test_leader_killed_mid_stream_loses_and_duplicates_nothing(
     kafka_factory: Callable[..., KafkaCluster],
 ) -> None:
@@ -100,17 +88,33 @@ async def leader_killed_mid_stream(cluster: KafkaCluster) -> None:
                         retry_backoff_ms=50, reconnect_backoff_ms=50,
                         reconnect_backoff_max_ms=500) as producer:
         futures: list[asyncio.Future[RecordMetadata]] = []
+        frozen_at: int | None = None
+        killed = False
         for n in range(count):
             futures.append(await producer.send(topic, f"{n}".encode(),
                                                key=f"key-{n % KEYS}".encode()))
             if n % 20 == 19:
                 await asyncio.sleep(0.002)  # paced like an application: batches in flight
-            if n == kill_at:
-                await requests_in_flight_to(producer, victim)
-                # Synchronously, on purpose: the loop cannot read the answers to requests
-                # already sent while the node dies, so they are in flight when it does.
+            if killed or n < kill_at:
+                continue
+            # The kill must catch Produce requests whose answers never come (with nothing in
+            # flight it would test only a metadata refresh), which timing cannot promise: an
+            # answer written just before the kill is read all the same. So the leader is
+            # frozen first (every thread stopped: it answers nothing more); once the loop has
+            # turned a few times (100 records, five pacing sleeps) whatever it had answered is
+            # read, and a request still in flight to it is one no answer will come for. The
+            # stream goes on meanwhile, so such a request comes.
+            if frozen_at is None:
+                pid = cluster.pid(victim)
+                assert pid is not None
+                stop_all_threads(pid)
+                frozen_at = n
+            elif n >= frozen_at + 100 and in_flight_to(producer, victim):
+                # SIGKILL, as a crash (no controlled shutdown); synchronously, so the loop
+                # reads nothing in between
                 cluster.kill_broker(victim)
-                killed_at = time.monotonic()
+                killed, killed_at = True, time.monotonic()
+        assert killed, f"no Produce request to node {victim} in flight after record {kill_at}"
         acked, failed = await collect(futures)
         stats = producer._idempotence.statistics() if producer._idempotence else None
         retried = producer.metrics().get("producer-metrics:record-retry-total", 0.0)
