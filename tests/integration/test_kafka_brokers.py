@@ -84,11 +84,15 @@ async def leader_killed_mid_stream(cluster: KafkaCluster) -> None:
     killed_at = 0.0
     async with Producer(bootstrap_servers=cluster.bootstrap, acks="all",
                         enable_idempotence=True, linger_ms=2, batch_size=4096,
-                        request_timeout_ms=5000, delivery_timeout_ms=60_000,
+                        # a request to the frozen leader stays in flight until the kill, however
+                        # slowly a loaded machine runs the loop (at 5 s it could time out first
+                        # and the leader move without any request in flight: seen in CI)
+                        request_timeout_ms=30_000, delivery_timeout_ms=90_000,
                         retry_backoff_ms=50, reconnect_backoff_ms=50,
                         reconnect_backoff_max_ms=500) as producer:
         futures: list[asyncio.Future[RecordMetadata]] = []
         frozen_at: int | None = None
+        frozen_since = 0.0
         killed = False
         for n in range(count):
             futures.append(await producer.send(topic, f"{n}".encode(),
@@ -108,13 +112,22 @@ async def leader_killed_mid_stream(cluster: KafkaCluster) -> None:
                 pid = cluster.pid(victim)
                 assert pid is not None
                 stop_all_threads(pid)
-                frozen_at = n
+                frozen_at, frozen_since = n, time.monotonic()
             elif n >= frozen_at + 100 and in_flight_to(producer, victim):
                 # SIGKILL, as a crash (no controlled shutdown); synchronously, so the loop
                 # reads nothing in between
                 cluster.kill_broker(victim)
                 killed, killed_at = True, time.monotonic()
-        assert killed, f"no Produce request to node {victim} in flight after record {kill_at}"
+        # the stream ended first (a fast loop): its last batches for the frozen leader go out
+        # after the linger, and stay in flight
+        deadline = time.monotonic() + 20
+        while not killed and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            if in_flight_to(producer, victim):
+                cluster.kill_broker(victim)
+                killed, killed_at = True, time.monotonic()
+        assert killed, (f"no Produce request to node {victim} in flight in the "
+                        f"{time.monotonic() - frozen_since:.1f} s since it was frozen")
         acked, failed = await collect(futures)
         stats = producer._idempotence.statistics() if producer._idempotence else None
         retried = producer.metrics().get("producer-metrics:record-retry-total", 0.0)

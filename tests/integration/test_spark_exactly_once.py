@@ -52,7 +52,15 @@ from aiokprod.spark._transactional import (
 )
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
-from support.spark_faults import ROWS, arrow_batches_of, faulty_source, frame, read_counts, save
+from support.spark_faults import (
+    ROWS,
+    arrow_batches_of,
+    assert_read_twice,
+    faulty_source,
+    frame,
+    read_counts,
+    save,
+)
 
 PREFIX = "aiokprod-spark"
 
@@ -103,8 +111,7 @@ def test_a_task_failing_half_way_is_retried_and_its_first_rows_stay_hidden(
     assert set(counts.values()) == {1}, "a row of the failed attempt is visible"
     # the failed attempt's rows did reach the log: read_uncommitted shows them twice
     uncommitted = read_counts(kafka.bootstrap, topic, ROWS + 2000, "read_uncommitted")
-    twice = sorted(v for v, n in uncommitted.items() if n == 2)
-    assert twice == list(range(2000))
+    assert_read_twice(uncommitted, range(2000))
 
 
 def test_a_task_that_wrote_and_died_before_spark_heard_is_never_committed(
@@ -120,7 +127,7 @@ def test_a_task_that_wrote_and_died_before_spark_heard_is_never_committed(
     assert set(counts) == set(range(ROWS)) and set(counts.values()) == {1}
     # the dead attempt did write all its rows, hidden by the abort
     uncommitted = read_counts(kafka.bootstrap, topic, ROWS + ROWS // 2, "read_uncommitted")
-    assert sorted(v for v, n in uncommitted.items() if n == 2) == list(range(ROWS // 2))
+    assert_read_twice(uncommitted, range(ROWS // 2))
 
 
 def test_a_failed_job_leaves_nothing_visible_and_readers_unblocked(
