@@ -59,10 +59,15 @@ endif
 	$(VENV)/bin/mypy
 	@$(MAKE) --no-print-directory -j2 test-main test-beside
 
+# The main run's pytest-xdist workers. Whole files go to a worker (--dist loadfile), so a
+# file's module fixtures (a private cluster, a Spark session) start once; each worker starts
+# the session brokers it needs. Most of a file's time is waiting for JVMs, Spark and bounded
+# timeouts, so two files at a time fill the cores the one did not. MAIN_WORKERS=0: one process.
+MAIN_WORKERS ?= 2
 test-main: $(STAMP)
-	@echo "== main run: the whole suite on $$($(PY) -V), native path; beside it, in" \
-		"$(BESIDE_LOG): the other Pythons' tiers and the pure-Python pass"
-	$(VENV)/bin/pytest $(PYTEST_FLAGS)
+	@echo "== main run: the whole suite on $$($(PY) -V), native path, $(MAIN_WORKERS) workers;" \
+		"beside it, in $(BESIDE_LOG): the other Pythons' tiers and the pure-Python pass"
+	$(VENV)/bin/pytest $(PYTEST_FLAGS) -n $(MAIN_WORKERS) --dist loadfile
 
 BESIDE_LOG := .test-beside.log
 test-beside: $(STAMP)

@@ -61,6 +61,26 @@ def pytest_runtest_makereport(
     return report
 
 
+# The files that take longest (each 1-6 minutes of a run, most of it waiting for JVMs and
+# Spark), slowest first. `make test` hands whole files to two pytest-xdist workers in
+# collection order, so these go first and the many short files fill in beside them; collected
+# last, one of them would run alone at the end. Only the order changes, never what runs.
+_LONGEST_FIRST = (
+    "test_spark_exactly_once.py",
+    "test_examples.py",
+    "test_spark_cluster.py",
+    "test_spark_cluster_no_daemon.py",
+    "test_fastapi_app.py",
+    "test_spark_sink.py",
+    "test_kafka_versions.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
 def _test_failed(request: pytest.FixtureRequest) -> bool:
     report = getattr(request.node, "_report_call", None)
     return report is not None and report.failed
