@@ -277,10 +277,12 @@ def test_a_job_failing_upstream_leaves_nothing_visible(
 def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None) -> None:
-    """transaction.timeout.ms 4 s, and partition 1's upstream stalls for 5 s after its first
-    Arrow batch (which reached the sink), so its transaction is too old when
-    the driver would commit: the write fails saying so (a sink committing per task committed
-    partition 0 and, 5 s later, partition 1), and nothing is visible."""
+    """transaction.timeout.ms 4 s, and partition 1's upstream stalls for 12 s after its first
+    Arrow batch, so the transactions are too old when the driver would commit: the write fails
+    saying so (a sink committing per task committed partition 0 and, 12 s later, partition
+    1), and nothing is visible. The stall is 9 s over the sink's bound (timeout less its
+    margin) because partition 0's sink may begin its transaction seconds after partition 1
+    stalls on a loaded machine: 5 s once left it young enough to commit (CI)."""
     topic = kafka_topic(partitions=2)
     def slow_partition_1(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import time as clock
@@ -289,7 +291,7 @@ def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
         context = TaskContext.get()
         for i, batch in enumerate(batches):
             if context is not None and context.partitionId() == 1 and i == 1:
-                clock.sleep(5)
+                clock.sleep(12)
             yield batch
 
     with pytest.raises(Exception, match="outlasted transaction.timeout.ms=4000"):
