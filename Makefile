@@ -125,7 +125,7 @@ demo: $(STAMP)
 # Apache Kafka (KRaft) in the foreground for manual runs; needs Java 17+ (and Maven once, to
 # fetch the jars into ~/.cache/aiokprod). KAFKA_ARGS="--brokers 3" or "--secure" for more.
 kafka: $(STAMP)
-	$(PY) tools/kafka_broker.py $(KAFKA_ARGS)
+	cd tests && ../$(PY) -m support.run_kafka $(KAFKA_ARGS)
 
 gen: $(STAMP)
 	$(PY) tools/gen_protocol.py

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.prepared import PreparedTransaction
     from aiokprod.producer.producer import Producer, ProducerHealth
-    from aiokprod.producer.record_metadata import RecordMetadata
     from aiokprod.producer.transactions import ConsumerGroupMetadata
+    from aiokprod.record_metadata import RecordMetadata
     from aiokprod.records.columnar import BinaryColumn, HeaderColumn
     from aiokprod.settings import ProducerSettings
 
@@ -78,7 +78,7 @@ _LAZY = {
     "ProducerHealth": "aiokprod.producer.producer",
     "ProducerConfig": "aiokprod.config",
     "ProducerSettings": "aiokprod.settings",
-    "RecordMetadata": "aiokprod.producer.record_metadata",
+    "RecordMetadata": "aiokprod.record_metadata",
     "SendManyResult": "aiokprod.producer.bulk",
     "BinaryColumn": "aiokprod.records.columnar",
     "HeaderColumn": "aiokprod.records.columnar",

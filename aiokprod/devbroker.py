@@ -31,7 +31,7 @@ Facts about the pinned Tansu build (0.6.0-510f3e2) that shaped this module:
 The module owns the process; two helpers sit beside it, each with one job of its own:
 ``aiokprod/_devbroker_binary.py`` finds the executable (and holds ``DevBrokerError``), and
 ``aiokprod/_devbroker_probe.py`` sends the ApiVersions and Metadata probes (and holds
-``PartitionInfo``). Every public name is still imported from here.
+``PartitionInfo``). Users import every public name from here.
 """
 
 from __future__ import annotations
@@ -51,17 +51,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from aiokprod._devbroker_binary import (
-    TANSU_BIN_ENV,  # noqa: F401 - re-exported: tests read devbroker.TANSU_BIN_ENV
-    DevBrokerError,
-    resolve_tansu_binary,
-)
+# DevBrokerError, PartitionInfo and resolve_tansu_binary are this module's public names (its
+# __all__), defined beside it; the probes are used under their own names.
+from aiokprod import _devbroker_probe as probe
+from aiokprod._devbroker_binary import DevBrokerError, resolve_tansu_binary
 from aiokprod._devbroker_probe import PartitionInfo
-
-# The probes under the private names they had when they were defined here.
-from aiokprod._devbroker_probe import WireError as _WireError
-from aiokprod._devbroker_probe import api_versions as _api_versions
-from aiokprod._devbroker_probe import metadata as _metadata
 from aiokprod._error_codes import ErrorCode
 
 __all__ = [
@@ -256,9 +250,9 @@ class TansuBroker:
                     f"log {self._log_path}:\n{self.log_tail()}"
                 )
             try:
-                versions = _api_versions(self.host, port, min(probe_timeout, remaining))
-                view = _metadata(self.host, port, [], min(probe_timeout, remaining))
-            except (_WireError, struct.error) as exc:
+                versions = probe.api_versions(self.host, port, min(probe_timeout, remaining))
+                view = probe.metadata(self.host, port, [], min(probe_timeout, remaining))
+            except (probe.WireError, struct.error) as exc:
                 last_problem = str(exc) or type(exc).__name__
                 probe_timeout = min(probe_timeout * 2, 2.0)
             else:
@@ -383,8 +377,8 @@ class TansuBroker:
     def partitions(self, topic: str, *, timeout: float = 5.0) -> list[PartitionInfo]:
         """The topic's partitions per Metadata v4; empty if the broker does not know the topic."""
         try:
-            view = _metadata(self.host, self.port, [topic], timeout)
-        except (_WireError, struct.error) as exc:
+            view = probe.metadata(self.host, self.port, [topic], timeout)
+        except (probe.WireError, struct.error) as exc:
             raise DevBrokerError(f"metadata request to {self.bootstrap} failed: {exc}") from exc
         error_code, partitions = view.topics.get(topic, (_UNKNOWN_TOPIC_OR_PARTITION, []))
         return partitions if error_code == ErrorCode.NONE else []

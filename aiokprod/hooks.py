@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from aiokprod.producer.batch import RecordMetadata
+    from aiokprod.record_metadata import RecordMetadata
 
 __all__ = ["Headers", "Partitioner", "ProducerInterceptor", "SendArgs", "Serializer"]
 

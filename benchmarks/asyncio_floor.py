@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiokprod.producer.record_metadata import RecordMetadata
+from aiokprod.record_metadata import RecordMetadata
 
 ROUNDS = 5
 

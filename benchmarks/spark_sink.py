@@ -358,7 +358,7 @@ def encoder_only(rows: int) -> None:
     import pyarrow as pa
 
     from aiokprod import _native
-    from aiokprod.producer.partitioner import murmur2
+    from aiokprod._murmur2 import murmur2
     from aiokprod.records.builder import RecordBatchBuilder
     from aiokprod.records.columnar import (
         BinaryColumn,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiokprod import _native
-from aiokprod.producer.record_metadata import RecordMetadata
+from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records import RecordBatchBuilder, restamp
 
 if TYPE_CHECKING:

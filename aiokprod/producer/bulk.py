@@ -15,7 +15,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-from aiokprod.producer.record_metadata import RecordMetadata
+from aiokprod.record_metadata import RecordMetadata
 
 __all__ = ["BulkDelivery", "SendManyResult"]
 

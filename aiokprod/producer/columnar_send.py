@@ -21,9 +21,9 @@ from typing import Any, cast, overload
 
 from aiokprod.errors import RecordTooLargeError
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
-from aiokprod.producer.record_metadata import RecordMetadata
 from aiokprod.producer.send_path import BulkProgress, SendPath
 from aiokprod.producer.validation import validate_topic
+from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records.columnar import BinaryColumn, ColumnarRows, HeaderColumn
 
 __all__ = ["SendColumns"]

@@ -29,14 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from aiokprod._murmur2 import _murmur2_u32
 from aiokprod.hooks import Partitioner
-from aiokprod.producer.murmur2 import (  # re-exported: the names this module always had
-    _murmur2_u32,
-    _murmur2_u32_py,  # noqa: F401 - the pure-Python twin, which tests compare
-    murmur2,
-    partition_for_key,
-    to_positive,
-)
 
 if TYPE_CHECKING:
     from aiokprod.config import ProducerConfig
@@ -49,9 +43,6 @@ __all__ = [
     "PartitionerCallable",
     "QueuedBatch",
     "StickyStatistics",
-    "murmur2",
-    "partition_for_key",
-    "to_positive",
 ]
 
 #: A user partitioner: ``(topic, key_bytes, all_partitions, available_partitions) -> partition``

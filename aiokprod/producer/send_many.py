@@ -13,12 +13,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from aiokprod._murmur2 import KeyGroups, group_keys, groups_in_runs
 from aiokprod.errors import KafkaError, RecordTooLargeError, SerializationError
 from aiokprod.hooks import Serializer
 from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.accumulator import estimate_record_size
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
-from aiokprod.producer.murmur2 import KeyGroups, group_keys, groups_in_runs
 from aiokprod.producer.send_path import (
     BYTES_LIKE,
     BulkProgress,

@@ -1,7 +1,7 @@
 """Kafka RecordBatch v2: the encoder the accumulator appends into, the decoder, and codecs."""
 
 from ._layout import HEADER_SIZE, restamp
-from .builder import Headers, RecordBatchBuilder
+from .builder import RecordBatchBuilder
 from .compression import (
     COMPRESSION_RATE_ESTIMATION_FACTOR,
     CompressionRatioEstimator,
@@ -11,6 +11,7 @@ from .compression import (
     validate_level,
 )
 from .reader import Record, RecordBatch, read_batches, split_batch
+from .record_encoding import Headers
 
 __all__ = [
     "COMPRESSION_RATE_ESTIMATION_FACTOR",

@@ -42,16 +42,10 @@ from .compression import (
     get_codec,
     validate_level,
 )
-from .record_encoding import (  # re-exported: the names this module always had
-    Headers,
-    _append_record,
-    _append_record_py,  # noqa: F401 - the twin, which tests reach through this module
-    append_run,
-    encode_headers,
-)
+from .record_encoding import Headers, _append_record, append_run, encode_headers
 from .record_encoding import append_values as _append_values
 
-__all__ = ["Headers", "RecordBatchBuilder", "encode_headers"]
+__all__ = ["RecordBatchBuilder"]
 
 _PLACEHOLDER = bytes(HEADER_SIZE)
 

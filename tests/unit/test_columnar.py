@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiokprod import _native
-from aiokprod.producer.partitioner import _murmur2_u32_py
+from aiokprod._murmur2 import _murmur2_u32_py
 from aiokprod.records import columnar
 from aiokprod.records.builder import RecordBatchBuilder
 

@@ -20,11 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aiokprod import _murmur2 as murmur2_module
 from aiokprod import _native
 from aiokprod.producer import batch as batch_module
-from aiokprod.producer import murmur2 as murmur2_module
-from aiokprod.producer import partitioner
-from aiokprod.producer.record_metadata import RecordMetadata
+from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records import builder, record_encoding
 
 DISABLED = os.environ.get("AIOKPROD_NO_EXTENSIONS", "") not in ("", "0")
@@ -39,8 +38,8 @@ def test_the_extension_is_used_unless_disabled() -> None:
     """A silently failed build must fail here, not pass the suite in pure Python."""
     if DISABLED:
         assert not _native.NATIVE
-        assert partitioner._murmur2_u32 is partitioner._murmur2_u32_py
-        assert builder._append_record is builder._append_record_py
+        assert murmur2_module._murmur2_u32 is murmur2_module._murmur2_u32_py
+        assert record_encoding._append_record is record_encoding._append_record_py
         assert batch_module._complete_deliveries is batch_module._complete_deliveries_py
         assert batch_module.append_open is batch_module.append_open_py
         assert murmur2_module.group_keys is murmur2_module.group_keys_py
@@ -52,8 +51,8 @@ def test_the_extension_is_used_unless_disabled() -> None:
         pytest.skip(f"no C compiler ({compiler}) here: the pure-Python install is expected")
     assert _native.NATIVE, ("the native extension was not built or did not import; "
                             f"{sys.executable} -m pip install -e . shows why")
-    assert partitioner._murmur2_u32 is native.murmur2_u32  # type: ignore[union-attr]
-    assert builder._append_record is native.append_record  # type: ignore[union-attr]
+    assert murmur2_module._murmur2_u32 is native.murmur2_u32  # type: ignore[union-attr]
+    assert record_encoding._append_record is native.append_record  # type: ignore[union-attr]
     assert batch_module.append_open is native.append_open  # type: ignore[union-attr]
     assert murmur2_module.group_keys is native.group_keys  # type: ignore[union-attr]
     assert record_encoding.append_values is native.append_values  # type: ignore[union-attr]
@@ -65,7 +64,7 @@ def test_the_extension_is_used_unless_disabled() -> None:
 @given(st.binary(max_size=200))
 def test_murmur2_twins_agree(data: bytes) -> None:
     assert native is not None
-    expected = partitioner._murmur2_u32_py(data)
+    expected = murmur2_module._murmur2_u32_py(data)
     assert native.murmur2_u32(data) == expected
     assert native.murmur2_u32(bytearray(data)) == expected
     assert native.murmur2_u32(memoryview(data)) == expected
@@ -80,7 +79,7 @@ def test_murmur2_matches_java_for_known_keys() -> None:
              b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
              b"abc": 479470107}
     for key, java in cases.items():
-        assert partitioner.murmur2(key) == java, key
+        assert murmur2_module.murmur2(key) == java, key
         value = native.murmur2_u32(key)
         assert (value - (1 << 32) if value & 0x80000000 else value) == java, key
 
@@ -95,10 +94,10 @@ def test_record_encoding_twins_agree(prefix: bytes, delta: int, offset: int,
                                      key: bytes | None, value: bytes | None,
                                      headers: list[tuple[str, bytes | None]] | None) -> None:
     assert native is not None
-    encoded = builder.encode_headers(headers) if headers else None
+    encoded = record_encoding.encode_headers(headers) if headers else None
     ours, theirs = bytearray(prefix), bytearray(prefix)
     size = native.append_record(ours, delta, offset, key, value, encoded)
-    assert size == builder._append_record_py(theirs, delta, offset, key, value, encoded)
+    assert size == record_encoding._append_record_py(theirs, delta, offset, key, value, encoded)
     assert ours == theirs
     assert len(ours) == len(prefix) + size
 
@@ -106,7 +105,7 @@ def test_record_encoding_twins_agree(prefix: bytes, delta: int, offset: int,
 @needs_native
 def test_record_encoding_refuses_what_python_refuses() -> None:
     assert native is not None
-    for twin in (native.append_record, builder._append_record_py):
+    for twin in (native.append_record, record_encoding._append_record_py):
         with pytest.raises(ValueError, match="signed 64-bit"):
             twin(bytearray(), 2**63, 0, None, b"v", None)
         with pytest.raises(TypeError):
@@ -114,7 +113,7 @@ def test_record_encoding_refuses_what_python_refuses() -> None:
     # bytes-like values are taken as their bytes, as b"".join takes them
     a, b = bytearray(), bytearray()
     native.append_record(a, 0, 0, bytearray(b"k"), memoryview(b"v"), None)
-    builder._append_record_py(b, 0, 0, bytearray(b"k"), memoryview(b"v"), None)  # type: ignore[arg-type]
+    record_encoding._append_record_py(b, 0, 0, bytearray(b"k"), memoryview(b"v"), None)  # type: ignore[arg-type]
     assert a == b
 
 
@@ -311,7 +310,7 @@ def test_run_append_twins_agree(values: list[bytes | None], keyed: bool, prefix:
     ours, theirs = bytearray(b"h" * 61), bytearray(b"h" * 61)
     for buf in (ours, theirs):  # ``prefix`` records already in the batch
         for i in range(prefix):
-            builder._append_record_py(buf, 0, i, None, b"p", None)
+            record_encoding._append_record_py(buf, 0, i, None, b"p", None)
     got = native.append_values(ours, delta, prefix, keys, values, start, len(values), limit)
     assert got == record_encoding.append_values_py(theirs, delta, prefix, keys, values, start,
                                                    len(values), limit)

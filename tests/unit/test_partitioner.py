@@ -14,16 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aiokprod._murmur2 import murmur2, partition_for_key, to_positive
 from aiokprod.config import ProducerConfig
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.partitioner import (
-    BuiltinPartitioner,
-    murmur2,
-    partition_for_key,
-    to_positive,
-)
+from aiokprod.producer.partitioner import BuiltinPartitioner
 from aiokprod.records import RecordBatchBuilder
 
 # Values of org.apache.kafka.common.utils.Utils.murmur2 (signed, as Java returns them).

@@ -1,7 +1,8 @@
 """RecordMetadata: what a delivery future resolves to.
 
-In its own module so that ``bulk.py`` (``send_many``'s results) and ``batch.py`` (the batches
-that complete them) both use it without importing each other.
+Below the producer package, on its own: the hooks a user plugs in (an interceptor's
+``on_acknowledgement`` receives one), ``send_many``'s results and the batches that complete them
+all name it, and none of those may import another's layer for it.
 """
 
 from __future__ import annotations

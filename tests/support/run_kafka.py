@@ -1,6 +1,7 @@
 """`make kafka`: an Apache Kafka cluster (KRaft) in the foreground for manual runs.
 
-Uses the test fixtures' machinery (tests/support/kafka_cluster.py): the jars are resolved once
+Part of the test fixtures' machinery, beside it (``support.kafka_cluster``), and run from
+``tests/`` as ``python -m support.run_kafka``: the jars are resolved once
 with Maven into ~/.cache/aiokprod/kafka-<version>, the nodes run on free loopback ports with
 their data in a temporary directory, and Ctrl-C (or SIGTERM) stops every node by PID and
 removes that directory. Try it with `aiokprod perf --bootstrap-servers <printed address>`.
@@ -13,12 +14,9 @@ import logging
 import signal
 import sys
 import time
-from pathlib import Path
 from types import FrameType
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from support.kafka_cluster import (  # found through the sys.path entry above
+from support.kafka_cluster import (
     KAFKA_VERSION,
     KafkaCluster,
     SecurityOptions,
