@@ -24,6 +24,9 @@ TIER_TESTS := $(PURE_PYTHON_TESTS) tests/integration/test_transactions_tansu.py
 # The checks of the source tree (marker `static`: import graph, docs build, typing, metadata)
 # are the same on every Python and encoder: only the main run has them.
 TIER_MARKS := -m 'not slow and not static'
+# The tiers and the pure-Python pass show the code works on that Python or encoder; the main run
+# proves each property at its full count (tests/support/examples.py), these at a tenth of it.
+TIER_EXAMPLES := AIOKPROD_EXAMPLES_FRACTION=0.1
 
 .PHONY: test test-main test-beside test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
 	docs bench bench-spark clean
@@ -90,7 +93,7 @@ test-quick: $(STAMP)
 
 test-pure-python: $(STAMP)
 	@echo "== pure Python (AIOKPROD_NO_EXTENSIONS=1): $(PURE_PYTHON_TESTS)"
-	AIOKPROD_NO_EXTENSIONS=1 $(VENV)/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(PURE_PYTHON_TESTS)
+	AIOKPROD_NO_EXTENSIONS=1 $(TIER_EXAMPLES) $(VENV)/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(PURE_PYTHON_TESTS)
 
 # The tiers on every supported Python but .venv's. A Python this machine lacks is skipped with
 # one line saying so, except under CI=true, where it fails the run (CI must prove each one).
@@ -110,7 +113,7 @@ test-python-%:
 	fi; \
 	$(MAKE) --no-print-directory .venv-$*/.installed-stamp && \
 	echo "== Python $*: $(TIER_TESTS)" && \
-	.venv-$*/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(TIER_TESTS)
+	$(TIER_EXAMPLES) .venv-$*/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(TIER_TESTS)
 
 # only what the tiers need (the `test-tiers` extra), not Spark, the docs toolchain or linters
 .venv-%/.installed-stamp: pyproject.toml setup.py $(NATIVE_SOURCES)

@@ -30,6 +30,7 @@ import pytest
 
 from aiokprod.devbroker import TansuBroker
 from support.docker_probe import docker_unavailable_reason
+from support.examples import examples
 from support.mock_cluster import MockCluster
 from support.processes import child_processes, pid_alive
 
@@ -45,7 +46,10 @@ pytest_plugins = ["support.kafka_fixtures", "support.spark_fixtures"]
 # timings" when the replay is fast) without saying anything about the code. Speed is measured
 # in benchmarks/, not here. A failure prints the blob that replays it (@reproduce_failure), so a
 # CI failure can be run again here.
-hypothesis.settings.register_profile("aiokprod", deadline=None, print_blob=True)
+# The count every test without its own runs (hypothesis defaults to 100), scaled like the
+# others (support/examples.py).
+hypothesis.settings.register_profile("aiokprod", deadline=None, print_blob=True,
+                                     max_examples=examples(100))
 hypothesis.settings.load_profile("aiokprod")
 
 _TOPIC_UNSAFE = re.compile(r"[^a-zA-Z0-9._-]+")

@@ -18,10 +18,11 @@ from protocol_strategies import RESPONSE_CLASSES, case_id, class_versions, struc
 from aiokprod.errors import ProtocolError
 from aiokprod.protocol import MetadataResponse, ProduceResponse
 from aiokprod.protocol.primitives import uvarint
+from support.examples import examples
 
 CASES = class_versions(RESPONSE_CLASSES)
 FUZZ = settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -16,10 +16,11 @@ from protocol_strategies import (
 )
 
 from aiokprod.protocol.primitives import uvarint
+from support.examples import examples
 
 CASES = class_versions(MESSAGE_CLASSES)
 FAST = settings(
-    max_examples=12,
+    max_examples=examples(12),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

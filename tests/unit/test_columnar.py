@@ -22,6 +22,7 @@ from aiokprod import _native
 from aiokprod._murmur2 import _murmur2_u32_py
 from aiokprod.records import columnar
 from aiokprod.records.builder import RecordBatchBuilder
+from support.examples import examples
 
 native = _native.speedups
 needs_native = pytest.mark.skipif(native is None, reason="the native extension is not in use")
@@ -87,7 +88,7 @@ def _encode(prepare: Any, append: Any, partition: Any, frame: dict[str, Any],
 
 
 @needs_native
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(frames(), st.booleans())
 def test_native_and_python_twins_write_the_same_bytes(frame: dict[str, Any],
                                                       grouped: bool) -> None:
@@ -100,7 +101,7 @@ def test_native_and_python_twins_write_the_same_bytes(frame: dict[str, Any],
     assert native.Columns(*_specs(frame)).max_row_bytes() == py_cols.max_row_bytes()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(frames())
 def test_columns_write_what_try_append_writes(frame: dict[str, Any]) -> None:
     """In the active implementation, the rows a batch takes are the bytes ``try_append`` writes
@@ -132,7 +133,7 @@ def test_columns_write_what_try_append_writes(frame: dict[str, Any]) -> None:
         assert max_ts == builder.max_timestamp
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.none() | st.binary(max_size=20), max_size=40), st.integers(1, 9))
 def test_partition_rows_is_java_murmur2_grouping(keys: list[bytes | None], n: int) -> None:
     cols = columnar.prepare_columns(len(keys),

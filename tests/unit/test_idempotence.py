@@ -33,6 +33,7 @@ from aiokprod.producer.sequences import (
     sequence_precedes,
 )
 from support.batch_double import Batch
+from support.examples import examples
 from support.sim_broker import PARTITIONS, SimPartition
 
 E = ErrorCode
@@ -1012,7 +1013,7 @@ class IdempotenceMachine(RuleBasedStateMachine):
 # like the other two machines: AIOKPROD_MACHINE_EXAMPLES=5000 for a long hunt, fewer for
 # `make test-quick`
 IdempotenceMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", "300")),
+    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", examples(300))),
     stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestIdempotenceMachine = IdempotenceMachine.TestCase

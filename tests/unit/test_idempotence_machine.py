@@ -60,6 +60,7 @@ from aiokprod.producer.sequences import (
     sequence_precedes,
 )
 from aiokprod.protocol import InitProducerIdResponse
+from support.examples import examples
 from support.sim_broker import PARTITIONS, SimBroker, _ProducerEntry
 
 E = ErrorCode
@@ -407,7 +408,7 @@ class _TP:
 
 # ~3 s by default; AIOKPROD_MACHINE_EXAMPLES=5000 for a long hunt
 ProducerMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", "300")),
+    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", examples(300))),
     stateful_step_count=80, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestProducerMachine = ProducerMachine.TestCase

@@ -25,6 +25,7 @@ from aiokprod import _native
 from aiokprod.producer import batch as batch_module
 from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records import builder, record_encoding
+from support.examples import examples
 
 DISABLED = os.environ.get("AIOKPROD_NO_EXTENSIONS", "") not in ("", "0")
 native = _native.speedups
@@ -60,7 +61,7 @@ def test_the_extension_is_used_unless_disabled() -> None:
 
 
 @needs_native
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.binary(max_size=200))
 def test_murmur2_twins_agree(data: bytes) -> None:
     assert native is not None
@@ -85,7 +86,7 @@ def test_murmur2_matches_java_for_known_keys() -> None:
 
 
 @needs_native
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(prefix=st.binary(max_size=20), delta=INT64, offset=st.integers(0, 2**31 - 1),
        key=BYTES_OR_NONE, value=BYTES_OR_NONE,
        headers=st.none() | st.lists(st.tuples(st.text(max_size=10), BYTES_OR_NONE),
@@ -168,7 +169,7 @@ RECORDS = st.lists(st.tuples(st.integers(1_600_000_000_000, 1_800_000_000_000), 
 
 
 @needs_native
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(records=RECORDS, write_limit=st.integers(61, 2000), covered=st.integers(0, 30),
        ts_base=st.integers(1_600_000_000_000, 1_800_000_000_000))
 async def test_open_batch_append_twins_agree(records: list[tuple[int, bytes | None,
@@ -239,7 +240,7 @@ async def test_native_completion_makes_no_result_no_one_can_see() -> None:
 
 
 @needs_native
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(keys=st.lists(st.binary(max_size=12), max_size=60), num_partitions=st.integers(1, 9),
        none_at=st.none() | st.integers(0, 59))
 def test_key_grouping_twins_agree(keys: list[bytes], num_partitions: int,
@@ -283,7 +284,7 @@ ITEMS = st.lists(st.none() | st.binary(max_size=40) | st.sampled_from(
 
 
 @needs_native
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(items=ITEMS)
 def test_longest_bytes_twins_agree(items: list[object]) -> None:
     assert native is not None
@@ -296,7 +297,7 @@ def test_longest_bytes_twins_agree(items: list[object]) -> None:
 
 
 @needs_native
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(values=st.lists(BYTES_OR_NONE, min_size=1, max_size=30), keyed=st.booleans(),
        prefix=st.integers(0, 3), start=st.integers(0, 5), limit=st.integers(61, 1500),
        delta=st.integers(0, 2**40))

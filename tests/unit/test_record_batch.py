@@ -27,6 +27,7 @@ from aiokprod.records._varint import (
     encode_varint,
     varint_size,
 )
+from support.examples import examples
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -260,7 +261,7 @@ record_strategy = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(record_strategy, min_size=1, max_size=30),
     st.sampled_from(list(CompressionType)),

@@ -39,6 +39,7 @@ from aiokprod.producer.partition import Partitions
 from aiokprod.producer.sender import Sender
 from aiokprod.protocol import InitProducerIdResponse, ProduceResponse
 from aiokprod.records import read_batches
+from support.examples import examples
 from support.memory_transport import MemoryTransport, ScriptedNetwork
 from support.scripted_broker import ScriptedRequest
 from support.sim_broker import PARTITIONS, SimBroker
@@ -284,7 +285,7 @@ class _TP:
 
 # ~a few seconds by default; AIOKPROD_MACHINE_EXAMPLES=2000 for a long hunt
 SenderMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", "100")),
+    max_examples=int(os.environ.get("AIOKPROD_MACHINE_EXAMPLES", examples(100))),
     stateful_step_count=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestSenderMachine = SenderMachine.TestCase
