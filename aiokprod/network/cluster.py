@@ -40,7 +40,7 @@ from aiokprod.errors import (
     error_for_code,
 )
 from aiokprod.network.addresses import parse_bootstrap
-from aiokprod.network.connection import BrokerConnection, TransportConnector
+from aiokprod.network.connection import BrokerConnection
 from aiokprod.network.metadata import (
     UNKNOWN_TOPIC_OR_PARTITION,
     BrokerNode,
@@ -51,6 +51,7 @@ from aiokprod.network.metadata import (
 )
 from aiokprod.network.pool import ConnectionPool
 from aiokprod.network.security import SecurityOptions
+from aiokprod.network.transport import TransportConnector
 from aiokprod.protocol import MetadataRequest, MetadataResponse
 
 __all__ = ["Cluster", "ClusterStatistics", "parse_bootstrap"]

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod.errors import AuthenticationError, KafkaConnectionError
 from aiokprod.network.addresses import canonical_names
-from aiokprod.network.connection import BrokerConnection, TransportConnector
+from aiokprod.network.connection import BrokerConnection
 from aiokprod.network.metadata import BrokerNode
 from aiokprod.network.nodes import (
     Candidate,
@@ -40,6 +40,7 @@ from aiokprod.network.nodes import (
     should_dial_another,
 )
 from aiokprod.network.security import SecurityOptions
+from aiokprod.network.transport import TransportConnector
 
 __all__ = ["ConnectionPool", "PoolOwner"]
 
