@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         UnrecognizedBrokerError,
     )
     from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
-    from aiokprod.network.security import OAuthToken
+    from aiokprod.network.oauth import OAuthToken
     from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.prepared import PreparedTransaction
     from aiokprod.producer.producer import Producer, ProducerHealth
@@ -70,7 +70,7 @@ _LAZY = {
     **{name: "aiokprod.errors" for name in _ERRORS},
     "ConsumerGroupMetadata": "aiokprod.producer.transactions",
     "PreparedTransaction": "aiokprod.producer.prepared",
-    "OAuthToken": "aiokprod.network.security",
+    "OAuthToken": "aiokprod.network.oauth",
     "Partitioner": "aiokprod.hooks",
     "ProducerInterceptor": "aiokprod.hooks",
     "Serializer": "aiokprod.hooks",

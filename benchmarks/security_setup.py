@@ -20,8 +20,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from aiokprod.network.connection import BrokerConnection
+from aiokprod.network.oauth import OAuthToken
 from aiokprod.network.security import (
-    OAuthToken,
     SecurityOptions,
     build_ssl_context,
 )

@@ -1,9 +1,11 @@
-"""One TCP connection to one Kafka broker: pipelining, timeouts, clean failure.
+"""One TCP connection to one Kafka broker: set-up, pipelining, timeouts, clean failure.
 
-Frames are cut from the byte stream by ``wire.WireProtocol``; the session (set-up, SASL and its
-re-authentication) is ``session.py``'s. This module writes requests, matches each response to
-the oldest pending request, decodes it, and fails everything in flight with one cause when the
-connection ends.
+Frames are cut from the byte stream by ``wire.WireProtocol``; the SASL session and its
+re-authentication are ``session.Session``'s, a collaborator the connection creates and owns.
+This module opens the connection (dial, ApiVersions, then SASL, all under one bound), writes
+requests, matches each response to the oldest pending request, decodes it, ends requests that
+outlive their deadline, holds back acks=0 requests until their bytes leave the buffer, and
+fails everything in flight with one cause when the connection ends.
 
 Invariants (tests assert them through ``statistics()``):
 - every request sent is either answered, failed with the cause, or still pending — never dropped;
@@ -13,14 +15,29 @@ Invariants (tests assert them through ``statistics()``):
   outlives ``request_timeout_ms`` the connection is closed (as the Java client's NetworkClient
   does: a broker that does not answer one request cannot be trusted with the ones behind it).
 
-What ends a request other than its answer — its deadline, or (a request expecting no answer)
-the transport's buffer draining — and the back-pressure that comes with it are
-``in_flight.py``'s (``InFlight``, a mixin of ``BrokerConnection``).
+Set-up (``open``): dial, ApiVersions (v3 with the client's name and version, KIP-511, falling
+back to the version the broker names), then SASL when the security protocol asks for it, all of
+it bounded by socket.connection.setup.timeout.ms with its errors mapped.
+
+Timeouts: the one timer watches the earliest deadline among the requests awaiting an answer and
+the unanswered ones still in the buffer; when one is overdue the connection is closed (the
+third invariant above).
+
+Back-pressure: asyncio's transport buffers whatever is written and calls ``pause_writing`` when
+the buffer passes its high-water mark. A request sent without expecting an answer (Produce with
+acks=0) is done only when its bytes are no longer piling up: at once if the buffer stayed under
+the high-water mark, else when the transport calls ``resume_writing`` (buffer drained below the
+low-water mark). Until then its future stays pending — so the producer's pool memory is not
+released while the bytes still sit in our process — and it is bounded by ``request_timeout_ms``
+like any request (Java's NetworkClient completes an acks=0 send only once the socket took it).
+``writable`` is False while paused; the cluster stops handing the connection to the sender and
+``on_writable`` tells it when to look again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 import time
@@ -29,39 +46,37 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from aiokprod._error_codes import ErrorCode
 from aiokprod._version import __version__
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
     KafkaError,
     ProtocolError,
+    RequestTimeoutError,
     UnsupportedVersionError,
+    raise_for_error_code,
 )
-from aiokprod.network.in_flight import InFlight
-from aiokprod.network.security import PLAINTEXT, SecurityOptions
-from aiokprod.network.session import Session, open_session, unsupported_api_versions
+from aiokprod.network.errors import map_exceptions, transport_errors
+from aiokprod.network.security import PLAINTEXT, SecurityOptions, build_ssl_context
+from aiokprod.network.session import Session
 from aiokprod.network.transport import TransportConnector, tcp_connect
 from aiokprod.network.wire import Pending, WireProtocol
 from aiokprod.protocol import (
+    ApiVersionsRequest,
     ApiVersionsResponse,
     KafkaRequest,
-    KafkaResponse,
     decode_response_header,
     encode_request,
 )
 
-__all__ = [
-    "BrokerConnection",
-    "ConnectionStatistics",
-    "KafkaRequest",
-    "KafkaResponse",
-    "TransportConnector",
-    "tcp_connect",
-]
+__all__ = ["BrokerConnection", "ConnectionStatistics"]
 
 log = logging.getLogger(__name__)
 
 _R = TypeVar("_R")  # the response type of the request being sent
+_API_VERSIONS_PREFERRED = 3  # KIP-511 client name/version arrive from v3 (flexible)
+_UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,7 @@ class ConnectionStatistics:
     unflushed: int = 0
 
 
-class BrokerConnection(InFlight):
+class BrokerConnection:
     """A pipelined connection to one broker node, with negotiated API versions.
 
     Use ``await BrokerConnection.open(...)``; it returns once the TCP connection is up and the
@@ -145,7 +160,8 @@ class BrokerConnection(InFlight):
         # the ApiVersions version the handshake settled on (-1 until it is done)
         self.api_versions_version = -1
         # SASL session and its re-authentication (KIP-368); holds requests meanwhile
-        self.session = Session(self)
+        self.session = Session(self._name, node_id, self._security, write=self.write,
+                               close=self.close, resumed=self._reauthenticated)
         # set once open() finished (TLS, ApiVersions, SASL): failures before it are set-up ones
         self.established = False
 
@@ -171,10 +187,76 @@ class BrokerConnection(InFlight):
         nothing is left running.
         """
         conn = cls(host, port, **kwargs)
-        await open_session(conn, connect_timeout_ms=connect_timeout_ms,
-                           send_buffer_bytes=send_buffer_bytes,
-                           receive_buffer_bytes=receive_buffer_bytes, connector=connector)
+        await conn._set_up(connect_timeout_ms, send_buffer_bytes, receive_buffer_bytes,
+                           connector)
         return conn
+
+    async def _set_up(self, connect_timeout_ms: float, send_buffer_bytes: int,
+                      receive_buffer_bytes: int, connector: TransportConnector | None) -> None:
+        """Set up, bounded by ``connect_timeout_ms`` (socket.connection.setup.timeout.ms), with
+        every transport error mapped (``errors.transport_errors``); on any failure, or
+        cancellation, the half-open connection is closed and nothing is left running."""
+        connect = tcp_connect if connector is None else connector
+        security = self._security
+        if connector is None and security.uses_tls:
+            context = security.ssl_context if security.ssl_context is not None \
+                else build_ssl_context()
+            connect = functools.partial(tcp_connect, ssl_context=context)
+        errors = transport_errors(
+            self._name, tls=security.protocol,
+            timeout=f"socket.connection.setup.timeout.ms={round(connect_timeout_ms)}")
+        try:
+            with map_exceptions(errors):
+                await asyncio.wait_for(
+                    self._dial_and_negotiate(connect, send_buffer_bytes, receive_buffer_bytes),
+                    connect_timeout_ms / 1000)
+        except KafkaError as exc:
+            self.close(exc)
+            raise
+        except BaseException:
+            self.close(KafkaConnectionError(f"{self._name}: connection setup abandoned"))
+            raise
+        self.established = True
+
+    async def _dial_and_negotiate(self, connect: TransportConnector, send_buffer_bytes: int,
+                                  receive_buffer_bytes: int) -> None:
+        """Dial, negotiate API versions, authenticate: everything before this is usable."""
+        await connect(self.host, self.port, self.protocol_factory, send_buffer_bytes,
+                      receive_buffer_bytes)
+        await self._negotiate_versions()
+        if self._security.uses_sasl:
+            await self.session.authenticate(self.broker_versions)
+
+    async def _negotiate_versions(self) -> None:
+        """ApiVersions v3 (client name/version), falling back on UNSUPPORTED_VERSION.
+
+        A broker that does not know v3 answers with error 35 and its own ApiVersions range in a
+        v0 body; we then retry with the highest version it named (v0 for old brokers).
+        """
+        name, software_version = self._software
+        request = ApiVersionsRequest(client_software_name=name,
+                                     client_software_version=software_version)
+        version = _API_VERSIONS_PREFERRED
+        for _ in range(3):
+            response = await self.request(request, version=version)
+            if response.error_code == _UNSUPPORTED_VERSION:
+                offered = [k for k in response.api_keys
+                           if k.api_key == ApiVersionsRequest.API_KEY]
+                fallback = min(offered[0].max_version, version - 1) if offered else 0
+                if fallback < 0 or fallback >= version:
+                    break
+                log.debug("%s: ApiVersions v%d unsupported, retrying v%d",
+                          self._name, version, fallback)
+                version = fallback
+                continue
+            if response.error_code != ErrorCode.NONE:
+                raise_for_error_code(response.error_code, f"{self._name}: ApiVersions")
+            self.broker_versions = {
+                k.api_key: (k.min_version, k.max_version) for k in response.api_keys
+            }
+            self.api_versions_version = version
+            return
+        raise UnsupportedVersionError(f"{self._name}: broker accepts no ApiVersions version")
 
     def protocol_factory(self) -> asyncio.Protocol:
         """The asyncio protocol a transport to the broker feeds (framing lives there)."""
@@ -243,7 +325,7 @@ class BrokerConnection(InFlight):
         Synchronous on purpose: the sender writes several requests per wake-up without a
         coroutine each. With ``expect_response=False`` (Produce with acks=0, which the broker
         never answers) the future resolves to None once the bytes have left the transport's
-        buffer (see ``in_flight.py``): at once unless the write paused the transport,
+        buffer (see the module docstring): at once unless the write paused the transport,
         else on ``resume_writing``; it fails with the connection, or after ``request_timeout_ms``.
         While the connection re-authenticates (KIP-368) the request is held and written after.
         """
@@ -316,6 +398,97 @@ class BrokerConnection(InFlight):
             future.add_done_callback(_retrieve)  # its outcome has no reader any more
             raise
 
+    # ---- in flight -------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    @property
+    def busy(self) -> bool:
+        """Requests await answers, or unanswered ones still wait to leave the buffer."""
+        return bool(self._pending or self._unflushed)
+
+    def idle_for(self, now: float) -> float:
+        """Seconds with nothing in flight and nothing written or read; 0 while busy."""
+        if self._pending or self._unflushed:
+            return 0.0
+        return max(0.0, now - self.last_activity)
+
+    # ---- back-pressure ---------------------------------------------------------------------
+
+    @property
+    def writable(self) -> bool:
+        """Connected and not write-paused: more requests would not just pile up in memory."""
+        return not self._write_paused and self._transport is not None and \
+            self._closed_cause is None and not self.session.holding
+
+    @property
+    def write_buffer_size(self) -> int:
+        transport = self._transport
+        return 0 if transport is None or transport.is_closing() else \
+            transport.get_write_buffer_size()
+
+    def writing_paused(self) -> None:
+        self._write_paused = True
+
+    def writing_resumed(self) -> None:
+        """The buffer drained below the low-water mark: what was waiting in it is sent."""
+        self._write_paused = False
+        unflushed, self._unflushed = self._unflushed, deque()
+        for _, future in unflushed:
+            if not future.done():
+                future.set_result(None)
+        if self.on_writable is not None and self._closed_cause is None:
+            self.on_writable()
+
+    # ---- timeouts --------------------------------------------------------------------------
+
+    def _arm_timer(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_deadline = deadline
+        delay = max(0.0, deadline - self._clock())
+        self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_deadline = float("inf")
+        if not self._pending and not self._unflushed:
+            return
+        now = self._clock()
+        if self._unflushed and self._unflushed[0][0] <= now:
+            self.timeouts += 1
+            error = RequestTimeoutError(
+                f"{self._name}: a request sent without expecting an answer (acks=0) could not be "
+                f"written within request.timeout.ms={self.request_timeout_ms}: the broker does "
+                f"not read; disconnecting")
+            for _, future in self._unflushed:
+                if not future.done():
+                    future.set_exception(error)
+            self._unflushed.clear()
+            self._fail(KafkaConnectionError(
+                f"{self._name}: disconnected after a request timed out"))
+            return
+        expired = [p for p in self._pending if p.deadline <= now]
+        if expired:
+            self.timeouts += 1
+            first = expired[0]
+            error = RequestTimeoutError(
+                f"{self._name}: {first.api_name} request (correlation id "
+                f"{first.correlation_id}) got no response within request.timeout.ms="
+                f"{round((first.deadline - first.sent_at) * 1000)}; disconnecting")
+            for p in expired:
+                if not p.future.done():
+                    p.future.set_exception(error)
+            self._fail(KafkaConnectionError(
+                f"{self._name}: disconnected after a request timed out"))
+            return
+        deadlines = [p.deadline for p in self._pending]
+        if self._unflushed:
+            deadlines.append(self._unflushed[0][0])
+        self._arm_timer(min(deadlines))
+
     # ---- receiving -------------------------------------------------------------------------
 
     def frame_size_invalid(self, size: int) -> None:
@@ -354,7 +527,7 @@ class BrokerConnection(InFlight):
                 # UNSUPPORTED_VERSION in a v0 body (KIP-511); every other API fails here.
                 if pending.response_type is not ApiVersionsResponse or pending.version == 0:
                     raise
-                response = unsupported_api_versions(body)
+                response = _unsupported_api_versions(body)
         except Exception as exc:  # popped: the request must fail here
             error = ProtocolError(
                 f"{self._name}: malformed {pending.api_name} v{pending.version} response: "
@@ -404,6 +577,28 @@ class BrokerConnection(InFlight):
         if first and self.on_close is not None:
             self.on_close()
 
+    def _fail_in_flight(self, cause: KafkaError) -> None:
+        """The connection closed (``_fail``): stop the timer, fail every
+        request awaiting an answer and every unanswered one still in the buffer with ``cause``."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._timer_deadline = float("inf")
+        pending, self._pending = self._pending, deque()
+        for p in pending:
+            if not p.future.done():
+                p.future.set_exception(cause)
+        unflushed, self._unflushed = self._unflushed, deque()
+        for _, future in unflushed:
+            if not future.done():
+                future.set_exception(cause)
+
+    def _reauthenticated(self) -> None:
+        """The session's re-authentication ended its hold (KIP-368): the sender may send once
+        more."""
+        if self.on_writable is not None and self.writable:
+            self.on_writable()
+
     def close(self, cause: KafkaError | None = None) -> None:
         """Close now; pending requests fail with ``cause`` (or 'closed by the client')."""
         self._fail(cause or KafkaConnectionError(f"{self._name}: connection closed by the client"))
@@ -445,3 +640,18 @@ def _why(exc: Exception) -> str:
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def _unsupported_api_versions(body: memoryview) -> Any:
+    """Read an ApiVersions answer to a version the broker does not support.
+
+    Kafka brokers answer in a v0 body listing their ApiVersions range; others (librdkafka's
+    mock cluster) send only the error code in a layout of their own. Either way the error code
+    leads the body, which is all the fallback needs (the Java client relies on the same).
+    """
+    try:
+        return ApiVersionsResponse.decode(body, 0)
+    except ProtocolError:
+        if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == _UNSUPPORTED_VERSION:
+            return ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=[])
+        raise

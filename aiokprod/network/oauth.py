@@ -46,22 +46,36 @@ import random
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from aiokprod.errors import AuthenticationError
 from aiokprod.network.https_post import EndpointError, display_url, is_final_status, post_form
 from aiokprod.network.jwt import AssertionSettings, make_assertion, read_claims
 
-__all__ = ["GrantType", "OAuthBearerLogin", "OAuthLoginSettings", "refresh_at_ms"]
+__all__ = ["GrantType", "OAuthBearerLogin", "OAuthLoginSettings", "OAuthToken", "refresh_at_ms"]
 
 log = logging.getLogger(__name__)
 
 GrantType = Literal["client_credentials", "jwt_bearer"]
 _JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 _CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+
+@dataclass(frozen=True)
+class OAuthToken:
+    """What an OAUTHBEARER token provider returns: the token and when it stops being valid.
+
+    Defined here, where the built-in login makes it, rather than beside the SASL mechanism that
+    reads it (``security.py``): that module builds the login, so this one may not import it.
+    """
+
+    token: str
+    expires_at_ms: int  # wall-clock ms since the epoch, like a JWT's ``exp`` * 1000
+    principal: str | None = None  # informative only
+    extensions: dict[str, str] = field(default_factory=dict)  # SASL extensions (KIP-342)
 
 
 @dataclass(frozen=True, repr=False)
@@ -118,7 +132,7 @@ class OAuthBearerLogin:
         self._clock = clock  # wall clock, seconds: token expiries are wall-clock times
         self._rng = rng or random.Random()
         self._lock = asyncio.Lock()
-        self._token: Any = None  # the cached OAuthToken
+        self._token: OAuthToken | None = None
         self._refresh_at_ms = 0
         self._where = f"OAUTHBEARER token endpoint {display_url(settings.token_endpoint_url)}"
         # Counters for statistics() and tests.
@@ -129,16 +143,14 @@ class OAuthBearerLogin:
     def settings(self) -> OAuthLoginSettings:
         return self._settings
 
-    async def __call__(self) -> Any:
+    async def __call__(self) -> OAuthToken:
         """The current token, fetched first if there is none or its refresh point passed.
 
         Cancelling the caller cancels a fetch it started; the next caller starts again.
         """
-        from aiokprod.network.security import OAuthToken
-
         async with self._lock:
             now_ms = self._now_ms()
-            token: OAuthToken | None = self._token
+            token = self._token
             if token is not None and now_ms < self._refresh_at_ms:
                 return token
             try:
@@ -259,8 +271,6 @@ class OAuthBearerLogin:
 
     def _parse_token(self, token: str, expires_in: float | None) -> _Fetched:
         """Expiry from the JWT's ``exp`` (Java requires it), else the answer's ``expires_in``."""
-        from aiokprod.network.security import OAuthToken
-
         if not token or any(c in token for c in " \x01\r\n"):
             raise EndpointError("the token is empty or holds characters a bearer token "
                                 "cannot", retriable=False)
@@ -299,7 +309,7 @@ class OAuthBearerLogin:
 
 @dataclass(frozen=True)
 class _Fetched:
-    token: Any  # OAuthToken
+    token: OAuthToken
     start_ms: int  # the token's iat in ms, 0 when it has none
 
 

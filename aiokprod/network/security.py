@@ -22,12 +22,12 @@ from __future__ import annotations
 import random
 import ssl
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import AuthenticationError
-from aiokprod.network.oauth import OAuthBearerLogin
+from aiokprod.network.oauth import OAuthBearerLogin, OAuthLoginSettings, OAuthToken
 
 if TYPE_CHECKING:
     from aiokprod.protocol import (
@@ -41,7 +41,6 @@ __all__ = [
     "MECHANISMS",
     "PLAINTEXT",
     "OAuthBearerMechanism",
-    "OAuthToken",
     "PlainMechanism",
     "SaslMechanism",
     "ScramMechanism",
@@ -54,16 +53,6 @@ __all__ = [
 ]
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-
-
-@dataclass(frozen=True)
-class OAuthToken:
-    """What an OAUTHBEARER token provider returns: the token and when it stops being valid."""
-
-    token: str
-    expires_at_ms: int  # wall-clock ms since the epoch, like a JWT's ``exp`` * 1000
-    principal: str | None = None  # informative only
-    extensions: dict[str, str] = field(default_factory=dict)  # SASL extensions (KIP-342)
 
 
 #: The OAUTHBEARER callback: an async callable returning the current token.
@@ -173,7 +162,7 @@ class OAuthBearerMechanism:
         token = await self._provider()
         if not isinstance(token, OAuthToken) or not token.token:
             raise AuthenticationError("OAUTHBEARER: the token provider returned no token "
-                                      "(expected an aiokprod.network.security.OAuthToken)")
+                                      "(expected an aiokprod.OAuthToken)")
         self.token_expires_at_ms = token.expires_at_ms
         ext = "".join(f"{k}={v}\x01" for k, v in sorted(token.extensions.items()))
         self._sent = True
@@ -285,7 +274,6 @@ def oauth_login_from_config(config: Any) -> OAuthBearerLogin:
 
     from aiokprod.errors import ConfigError
     from aiokprod.network.jwt import AssertionSettings, load_private_key
-    from aiokprod.network.oauth import OAuthLoginSettings
 
     def fail(name: str, why: str) -> ConfigError:
         return ConfigError(f"Invalid value for configuration {name}: {why}")

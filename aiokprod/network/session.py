@@ -1,146 +1,64 @@
-"""A connection's session: set-up (ApiVersions, SASL) and SASL re-authentication (KIP-368).
+"""A connection's SASL session and its re-authentication (KIP-368).
 
-``connection.py`` frames and pipelines requests; this module decides what goes over a new
-connection before it is usable, and what happens when a SASL session nears its end:
+The broker gave the session a lifetime; at 85–95% of it (``security.reauthentication_delay``)
+the client authenticates again on the same connection. Requests already written stay in the
+pipeline (the broker answers them in order before the SASL ones); requests sent meanwhile are
+*held* and written afterwards, in order, so nothing fails and nothing is reordered. A failed
+re-authentication fails the connection.
 
-* **Set-up** (:func:`set_up`): dial, ApiVersions (v3 with the client's name and version,
-  KIP-511, falling back to the version the broker names), then SASL when the security protocol
-  asks for it. ``BrokerConnection.open`` bounds all of it by one timeout and maps its errors.
-* **Re-authentication** (:class:`Session`): the broker gave the session a lifetime; at 85–95%
-  of it (``security.reauthentication_delay``) the client authenticates again on the same
-  connection. Requests already written stay in the pipeline (the broker answers them in order
-  before the SASL ones); requests sent meanwhile are *held* and written afterwards, in order, so
-  nothing fails and nothing is reordered. A failed re-authentication fails the connection.
+``Session`` is created and owned by its ``BrokerConnection`` (``connection.py``), which hands it
+what it needs in its constructor — how to write past the hold, how to close the connection, what
+to tell it once the hold ends — so this module never imports the connection: the connection
+sits above its session. The connection's set-up (dial, ApiVersions, then the first
+``Session.authenticate``) is the connection's own, in ``connection.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
-from aiokprod._error_codes import ErrorCode
-from aiokprod.errors import (
-    AuthenticationError,
-    KafkaConnectionError,
-    KafkaError,
-    ProtocolError,
-    UnsupportedVersionError,
-    raise_for_error_code,
-)
-from aiokprod.network.errors import map_exceptions, transport_errors
-from aiokprod.network.security import authenticate, build_ssl_context, reauthentication_delay
-from aiokprod.network.transport import TransportConnector, tcp_connect
-from aiokprod.protocol import ApiVersionsRequest, ApiVersionsResponse, KafkaRequest
+from aiokprod.errors import AuthenticationError, KafkaError
+from aiokprod.network.security import SecurityOptions, authenticate, reauthentication_delay
+from aiokprod.protocol import KafkaRequest
 
-if TYPE_CHECKING:
-    from aiokprod.network.connection import BrokerConnection
-
-__all__ = ["Session", "open_session", "set_up", "unsupported_api_versions"]
+__all__ = ["Held", "Session", "Write"]
 
 log = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
-_API_VERSIONS_PREFERRED = 3  # KIP-511 client name/version arrive from v3 (flexible)
-_UNSUPPORTED_VERSION = ErrorCode.UNSUPPORTED_VERSION
 
 # a request sent while re-authenticating: (request, version, timeout_ms, expect_response,
 # the caller's future)
 Held = tuple[KafkaRequest[Any], "int | None", "int | None", bool, asyncio.Future[Any]]
 
-
-async def open_session(conn: BrokerConnection, *, connect_timeout_ms: float,
-                       send_buffer_bytes: int, receive_buffer_bytes: int,
-                       connector: TransportConnector | None) -> None:
-    """Set ``conn`` up, bounded by ``connect_timeout_ms`` (socket.connection.setup.timeout.ms),
-    with every transport error mapped (``errors.transport_errors``); on any failure, or
-    cancellation, the half-open connection is closed and nothing is left running."""
-    connect = tcp_connect if connector is None else connector
-    security = conn.security
-    if connector is None and security.uses_tls:
-        context = security.ssl_context if security.ssl_context is not None \
-            else build_ssl_context()
-        connect = functools.partial(tcp_connect, ssl_context=context)
-    errors = transport_errors(
-        conn.name, tls=security.protocol,
-        timeout=f"socket.connection.setup.timeout.ms={round(connect_timeout_ms)}")
-    try:
-        with map_exceptions(errors):
-            await asyncio.wait_for(
-                set_up(conn, connect, send_buffer_bytes, receive_buffer_bytes),
-                connect_timeout_ms / 1000)
-    except KafkaError as exc:
-        conn.close(exc)
-        raise
-    except BaseException:
-        conn.close(KafkaConnectionError(f"{conn.name}: connection setup abandoned"))
-        raise
-    conn.established = True
-
-
-async def set_up(conn: BrokerConnection, connect: TransportConnector, send_buffer_bytes: int,
-                 receive_buffer_bytes: int) -> None:
-    """Dial, negotiate API versions, authenticate: everything before ``conn`` is usable."""
-    await connect(conn.host, conn.port, conn.protocol_factory, send_buffer_bytes,
-                  receive_buffer_bytes)
-    await negotiate_versions(conn)
-    if conn.security.uses_sasl:
-        await conn.session.authenticate()
-
-
-async def negotiate_versions(conn: BrokerConnection) -> None:
-    """ApiVersions v3 (client name/version), falling back on UNSUPPORTED_VERSION.
-
-    A broker that does not know v3 answers with error 35 and its own ApiVersions range in a
-    v0 body; we then retry with the highest version it named (v0 for old brokers).
-    """
-    name, software_version = conn.software
-    request = ApiVersionsRequest(client_software_name=name,
-                                 client_software_version=software_version)
-    version = _API_VERSIONS_PREFERRED
-    for _ in range(3):
-        response = await conn.request(request, version=version)
-        if response.error_code == _UNSUPPORTED_VERSION:
-            offered = [k for k in response.api_keys if k.api_key == ApiVersionsRequest.API_KEY]
-            fallback = min(offered[0].max_version, version - 1) if offered else 0
-            if fallback < 0 or fallback >= version:
-                break
-            log.debug("%s: ApiVersions v%d unsupported, retrying v%d",
-                      conn.name, version, fallback)
-            version = fallback
-            continue
-        if response.error_code != ErrorCode.NONE:
-            raise_for_error_code(response.error_code, f"{conn.name}: ApiVersions")
-        conn.broker_versions = {
-            k.api_key: (k.min_version, k.max_version) for k in response.api_keys
-        }
-        conn.api_versions_version = version
-        return
-    raise UnsupportedVersionError(f"{conn.name}: broker accepts no ApiVersions version")
-
-
-def unsupported_api_versions(body: memoryview) -> Any:
-    """Read an ApiVersions answer to a version the broker does not support.
-
-    Kafka brokers answer in a v0 body listing their ApiVersions range; others (librdkafka's
-    mock cluster) send only the error code in a layout of their own. Either way the error code
-    leads the body, which is all the fallback needs (the Java client relies on the same).
-    """
-    try:
-        return ApiVersionsResponse.decode(body, 0)
-    except ProtocolError:
-        if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == _UNSUPPORTED_VERSION:
-            return ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=[])
-        raise
+#: ``BrokerConnection.write``: frame and write (request, version, timeout_ms, expect_response)
+#: now, past any hold; a future of the decoded answer (None when none is expected)
+Write = Callable[[KafkaRequest[Any], "int | None", "int | None", bool], "asyncio.Future[Any]"]
 
 
 class Session:
     """One connection's SASL session: its lifetime, the re-authentication timer and task, and
     the requests held while re-authenticating (see the module docstring)."""
 
-    def __init__(self, conn: BrokerConnection) -> None:
-        self._conn = conn
+    def __init__(self, name: str, node_id: int, security: SecurityOptions, *, write: Write,
+                 close: Callable[[KafkaError], None],
+                 resumed: Callable[[], None]) -> None:
+        """``name``: the connection's, for messages; ``write``: the connection's ``write``;
+        ``close``: closes the connection (a failed re-authentication); ``resumed``: the hold
+        ended and the held requests are written (the connection may be writable again)."""
+        self._name = name
+        self._node_id = node_id
+        self._security = security
+        self._write = write
+        self._close_connection = close
+        self._resumed = resumed
+        # the connection closed (``close`` below): nothing more is scheduled
+        self._closed = False
+        # API key -> (broker min, broker max), as the first authentication was given them
+        self._broker_versions: dict[int, tuple[int, int]] = {}
         # requests sent while re-authenticating, written in order once it is done
         self.held: list[Held] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -154,52 +72,58 @@ class Session:
         """Re-authenticating: requests are held, not written."""
         return self.held is not None
 
-    async def authenticate(self) -> None:
-        """Authenticate (again) and schedule the next re-authentication, if the session ends."""
-        conn = self._conn
-        lifetime = await authenticate(self._request_now, conn.broker_versions, conn.security,
-                                      broker=conn.name)
+    async def authenticate(self, broker_versions: dict[int, tuple[int, int]]) -> None:
+        """Authenticate and schedule the re-authentication, if the session ends.
+
+        ``broker_versions``: what ApiVersions negotiated (the SASL requests' versions); kept for
+        the re-authentications.
+        """
+        self._broker_versions = broker_versions
+        await self._authenticate()
+
+    async def _authenticate(self) -> None:
+        lifetime = await authenticate(self._request_now, self._broker_versions, self._security,
+                                      broker=self._name)
         self.lifetime_ms = lifetime
         delay = reauthentication_delay(lifetime)
-        if delay is not None and conn.closed_cause is None:
+        if delay is not None and not self._closed:
             self._timer = asyncio.get_running_loop().call_later(delay, self._start)
 
     def _request_now(self, request: KafkaRequest[_R], version: int) -> asyncio.Future[_R]:
         """Send past the hold: the SASL exchange itself."""
         # expect_response=True: the future resolves to a decoded response, never to None
-        return cast("asyncio.Future[_R]", self._conn.write(request, version, None, True))
+        return cast("asyncio.Future[_R]", self._write(request, version, None, True))
 
     def _start(self) -> None:
         self._timer = None
-        if self._conn.closed_cause is not None:
+        if self._closed:
             return
         self.held = []
         self._task = asyncio.get_running_loop().create_task(
-            self._reauthenticate(), name=f"aiokprod-reauth[{self._conn.node_id}]")
+            self._reauthenticate(), name=f"aiokprod-reauth[{self._node_id}]")
 
     async def _reauthenticate(self) -> None:
-        conn = self._conn
         try:
-            await self.authenticate()
+            await self._authenticate()
         except BaseException as exc:
             cause = exc if isinstance(exc, KafkaError) else AuthenticationError(
-                f"{conn.name}: re-authentication failed: {type(exc).__name__}: {exc}")
-            conn.close(cause)
+                f"{self._name}: re-authentication failed: {type(exc).__name__}: {exc}")
+            self._close_connection(cause)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
         finally:
             self._task = None
         self.reauthentications += 1
-        log.debug("%s: re-authenticated (session lifetime %d ms)", conn.name, self.lifetime_ms)
+        log.debug("%s: re-authenticated (session lifetime %d ms)", self._name, self.lifetime_ms)
         held, self.held = self.held or [], None
         for request, version, timeout_ms, expect, future in held:
-            _chain(conn.write(request, version, timeout_ms, expect), future)
-        if conn.on_writable is not None and conn.writable:
-            conn.on_writable()
+            _chain(self._write(request, version, timeout_ms, expect), future)
+        self._resumed()
 
     def close(self, cause: KafkaError) -> None:
         """The connection closed: stop the timer and the task, fail what was held."""
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

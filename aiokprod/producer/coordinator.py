@@ -23,8 +23,7 @@ from aiokprod.errors import (
 )
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
-from aiokprod.network.messages import KafkaRequest
-from aiokprod.protocol import FindCoordinatorRequest
+from aiokprod.protocol import FindCoordinatorRequest, KafkaRequest
 
 __all__ = ["GROUP_KEY", "TRANSACTION_KEY", "CoordinatorClient", "top_level_code"]
 

@@ -11,9 +11,9 @@ import pytest
 import scramp
 
 from aiokprod.errors import AuthenticationError
+from aiokprod.network.oauth import OAuthToken
 from aiokprod.network.security import (
     OAuthBearerMechanism,
-    OAuthToken,
     PlainMechanism,
     ScramMechanism,
     SecurityOptions,
