@@ -1,12 +1,13 @@
 """The package's import graph has no circle, and the layers point one way.
 
 Read statically (``ast``), so every module counts, not only those a test happens to import
-first: an edge is an import executed when the module loads (module level, ``try``/``if``
-bodies included; ``if TYPE_CHECKING:`` blocks and imports inside functions excluded), plus
-the packages Python imports before a module it names (importing ``aiokprod.network.nodes``
-loads ``aiokprod.network`` first); a module's own enclosing packages are not edges. A circle
-makes the import order matter and turns a refactoring into an ``ImportError`` far from its
-cause.
+first. An edge is any import the module holds: at module level, in ``try``/``if`` bodies, under
+``if TYPE_CHECKING:`` and inside functions alike, plus the packages Python imports before a
+module it names (importing ``aiokprod.network.nodes`` loads ``aiokprod.network`` first); a
+module's own enclosing packages are not edges. A circle hidden behind ``TYPE_CHECKING`` or a
+function-level import is still two modules that cannot be understood apart, and it makes the
+import order matter the day someone moves the import; a layer importing one above it, even
+lazily, is the same knot across packages.
 """
 
 from __future__ import annotations
@@ -67,11 +68,17 @@ def _with_parents(name: str) -> set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & MODULES.keys()
 
 
+def _every_import(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
 def imports_of(module: str) -> set[str]:
-    """Modules of the package that loading ``module`` imports directly."""
+    """Modules of the package that ``module`` imports anywhere in its text."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
     found: set[str] = set()
-    for node in _load_time_statements(tree.body):
+    for node in _every_import(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 found |= _with_parents(alias.name)
@@ -127,6 +134,63 @@ def test_the_graph_is_read() -> None:
     assert len(GRAPH) > 60
     assert "aiokprod.errors" in GRAPH["aiokprod.network.connection"]
     assert "aiokprod.network.connection" in GRAPH["aiokprod.network.cluster"]
+    # an import under TYPE_CHECKING is an edge
+    assert "aiokprod.record_metadata" in GRAPH["aiokprod.hooks"]
+    # and so is one inside a function
+    assert "aiokprod.producer.producer" in GRAPH["aiokprod.fastapi"]
+
+
+# Each top-level module or package of aiokprod in a layer; a module may import its own layer
+# and the layers below it, never one above. From the bottom: values, errors and hooks every
+# layer names; the wire protocol; record batches; connections to brokers; the configuration
+# (which names the network's settings); the metrics; the producer; what users run it in.
+LAYERS: list[set[str]] = [
+    {"_error_codes", "_error_base", "_broker_errors", "errors", "_version", "_backoff",
+     "_native", "_sensors", "_protobuf", "_murmur2", "record_metadata", "hooks", "settings",
+     "_config_rules", "_devbroker_binary"},
+    {"protocol"},
+    {"records"},
+    {"network"},
+    {"config"},
+    {"metrics", "telemetry"},
+    {"producer"},
+    {"spark", "fastapi", "otel", "cli", "__main__", "_perf", "devbroker", "_devbroker_probe",
+     ""},
+]
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    found = [i for i, layer in enumerate(LAYERS) if top in layer]
+    assert found, f"{module}: its top-level name {top!r} is in no layer of LAYERS"
+    return found[0]
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in GRAPH:
+        _layer(module)
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = sorted(f"{m} -> {d}" for m, deps in GRAPH.items() for d in deps
+                    if _layer(d) > _layer(m))
+    assert upward == []
+
+
+def test_tools_do_not_import_the_tests() -> None:
+    """``tools/`` is what builds and checks the package; reaching into ``tests/`` (its fixtures,
+    through ``sys.path``) would make a tool depend on the suite it serves."""
+    offenders = []
+    for path in sorted((ROOT / "tools").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in _every_import(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""])
+            offenders += [f"{path.name}: {n}" for n in names
+                          if n.split(".")[0] in ("tests", "support", "conftest")]
+        offenders += [f"{path.name}: sys.path names tests/" for node in ast.walk(tree)
+                      if isinstance(node, ast.Constant) and node.value == "tests"]
+    assert offenders == []
 
 
 def test_no_import_circle() -> None:
