@@ -18,7 +18,7 @@ Errors come in two kinds (see docs/transactions.md):
 
 The I/O (FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn, AddOffsetsToTxn,
 TxnOffsetCommit) lives in ``producer/transaction_manager.py``, which fires these events (EndTxn
-and the offsets' requests in ``producer/transaction_end.py``, a mixin of its manager).
+and the offsets' requests are built and sent by ``producer/transaction_end.py``'s functions).
 """
 
 from __future__ import annotations
