@@ -372,8 +372,6 @@ class PartitionProducer:
                 f"retrying={self.retrying} reset_requested={self.reset_requested} "
                 f"leader_holds_state={self.leader_holds_state}>")
 
-
-
     # ---- the sending rules of one partition (docs/idempotence.md steps 2, 8b; F1) -----------
 
     def new_batch_allowed(self, now: float, stale: bool) -> bool:
@@ -512,7 +510,6 @@ class PartitionProducer:
                                          generation=entry.generation))
         self.replace(entry, entries)
         return len(entries)
-
 
     # ---- outcomes of one batch (docs/idempotence.md steps 6, 8, 9; F2, F3) -----------------
 
