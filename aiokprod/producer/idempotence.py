@@ -1,12 +1,13 @@
 """The idempotent producer's decisions (docs/idempotence.md): no I/O.
 
 The sender performs I/O and reports what happened; this module decides. The producer id and
-epoch are ``producer_id_state.ProducerIdHolder``'s (the state machine the manager extends);
-the manager applies each outcome to the partition it concerns. The partition's own rules --
-which batch may go, when it renumbers, which held batches can no longer be written -- are
-methods of ``partition.PartitionProducer``, the one object that holds that partition's queue,
-sequences, in-flight and unresolved batches and KIP-1269 window. What stays here is what spans
-partitions: one bump or new id for all of them, the counts, the batches given up on.
+epoch are ``producer_id_state.ProducerIdHolder``'s (their state machine, an object the manager
+creates and owns); the manager applies each outcome to the partition it concerns. The
+partition's own rules -- which batch may go, when it renumbers, which held batches can no
+longer be written -- are methods of ``partition.PartitionProducer``, the one object that holds
+that partition's queue, sequences, in-flight and unresolved batches and KIP-1269 window. What
+stays here is what spans partitions: one bump or new id for all of them, the counts, the
+batches given up on.
 
 Epoch bumps. An idempotent (non-transactional) producer may bump its epoch *itself*: it
 maintains its own epoch, and the broker accepts a higher epoch whose first sequence is 0
@@ -96,8 +97,11 @@ class IdempotenceStatistics:
     unwritable_batches: int = 0
 
 
-class IdempotenceManager(ProducerIdHolder):
+class IdempotenceManager:
     """Producer id, epoch and per-partition sequences of an idempotent producer.
+
+    The id, epoch and generation are its ``ProducerIdHolder``'s, which it creates and owns;
+    the per-partition facts are the partitions' own (``PartitionProducer``).
 
     The sender calls, in its loop: ``needs_producer_id``/``init_producer_id_params``/
     ``on_producer_id`` around InitProducerId; ``can_send`` then ``assign_sequence`` for each
@@ -117,14 +121,18 @@ class IdempotenceManager(ProducerIdHolder):
         client_id: str = "",
         partitions: Partitions | None = None,
     ) -> None:
-        super().__init__(clock=clock, bump_via_init_producer_id=bump_via_init_producer_id,
-                         backoff=backoff, client_id=client_id)
+        self._clock = clock
+        self._client_id = client_id
         self._transactional = transactional  # INVALID_PRODUCER_EPOCH is then fatal
         self._retries = retries  # for on_error calls that bring no RetryDecision
+        self._backoff = backoff  # retry.backoff.ms / retry.backoff.max.ms, for on_error
         self._broker_state_losses = 0
-        self._fatal_error: BaseException | None = None
         # the producer's partitions, shared with the accumulator (which queues their batches)
         self._partitions = partitions if partitions is not None else Partitions()
+        # the producer id, epoch and generation, and their state machine
+        self._ids = ProducerIdHolder(self._partitions, clock=clock,
+                                     bump_via_init_producer_id=bump_via_init_producer_id,
+                                     client_id=client_id)
         self._with_unresolved: set[_TP] = set()  # step 1 visits only these
         # held batches taken out of in_flight because they can no longer be written in order
         # or exactly once (docs/idempotence.md, "A partition's first batches"); the sender
@@ -139,6 +147,32 @@ class IdempotenceManager(ProducerIdHolder):
         self.last_error_at: float | None = None  # clock time of the last on_error, for logs
 
     # ---- state --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ProducerIdState:
+        return self._ids.state
+
+    @property
+    def producer_id(self) -> int:
+        return self._ids.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._ids.producer_epoch
+
+    @property
+    def backoff(self) -> ExponentialBackoff | None:
+        """retry.backoff.ms / retry.backoff.max.ms, for InitProducerId retries too."""
+        return self._backoff
+
+    @property
+    def fatal_error(self) -> BaseException | None:
+        """Why the producer stopped (FATAL), else None."""
+        return self._ids.fatal_error
+
+    def fail_fatally(self, error: BaseException) -> None:
+        """Stop for good: every later ``can_send`` is False. The first cause is kept."""
+        self._ids.fail_fatally(error)
 
     @property
     def partitions(self) -> Partitions:
@@ -167,15 +201,43 @@ class IdempotenceManager(ProducerIdHolder):
 
     def _is_stale(self, p: PartitionProducer) -> bool:
         """``p``'s sequences belong to an earlier producer id/epoch assignment."""
-        return p.is_stale(self._producer_id, self._producer_epoch, self._generation)
+        ids = self._ids
+        return p.is_stale(ids.producer_id, ids.producer_epoch, ids.generation)
 
-    def _any_on_wire(self) -> bool:
-        return any(p.on_wire_count or p.expired_on_wire for p in self._partitions)
+    # ---- producer id (the holder's state machine; what the partitions do about it) -------
+
+    def needs_producer_id(self) -> bool:
+        """The sender must (keep trying to) send InitProducerId before anything else
+        (``ProducerIdHolder.needs_producer_id``)."""
+        return self._ids.needs_producer_id()
+
+    def init_producer_id_params(self) -> tuple[int, int]:
+        """(producer id, epoch) for the InitProducerId the sender is about to send; call it
+        right before each attempt (``ProducerIdHolder.init_producer_id_params``)."""
+        return self._ids.init_producer_id_params()
+
+    def on_init_producer_id_failed(self, error: BaseException) -> None:
+        """InitProducerId failed: retriable errors are tried again, others are fatal."""
+        self._ids.on_init_producer_id_failed(error)
+
+    def on_bump_unsupported(self) -> None:
+        """The broker cannot bump an epoch (InitProducerId < v3): take a fresh id instead,
+        now and for every later bump. Every partition then restarts at sequence 0."""
+        self._ids.on_bump_unsupported()
+
+    def on_epoch_bumped_by_broker(self, producer_id: int, producer_epoch: int) -> None:
+        """Transaction version 2 (KIP-890): every EndTxn answer carries a new epoch (or id)
+        the coordinator bumped itself. Taken like a KIP-360 bump: every partition restarts at
+        sequence 0 under it once nothing of the old epoch is held."""
+        if self._ids.take_broker_bump(producer_id, producer_epoch):
+            self._broker_lost_state(producer_id, producer_epoch)
 
     def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
         """InitProducerId succeeded. Every partition restarts at 0 once it can (step 3)."""
-        if not self._take_pair(producer_id, producer_epoch):
-            return
+        if self._ids.take_pair(producer_id, producer_epoch):
+            self._broker_lost_state(producer_id, producer_epoch)
+
+    def _broker_lost_state(self, producer_id: int, producer_epoch: int) -> None:
         # A broker never hands out the same id and epoch twice unless it lost what it
         # knew about them (Tansu restarted with memory storage does). Every sequence we
         # hold is then meaningless to it: each partition renumbers its held batches from
@@ -190,14 +252,14 @@ class IdempotenceManager(ProducerIdHolder):
 
     def _request_reset(self, p: PartitionProducer, why: str) -> None:
         """Ask for bump epoch & reset SEQ for ``p`` (docs/idempotence.md, "bump and reset")."""
-        if self._state is ProducerIdState.FATAL:
+        if self._ids.state is ProducerIdState.FATAL:
             return  # nothing is sent any more; no bump can matter
         p.reset_requested = True
         if self._is_stale(p):
             return  # a bump or new id already happened since; its restart covers this
         log.info("[client %s] %s-%d: %s; bumping the epoch and resetting sequences",
                  self._client_id, p.topic, p.partition, why)
-        self._fire(Event.BUMP_REQUESTED)
+        self._ids.fire(Event.BUMP_REQUESTED)
 
     # ---- step 1 and the pending bump ------------------------------------------------------
 
@@ -206,7 +268,7 @@ class IdempotenceManager(ProducerIdHolder):
         bump. ``can_send`` runs it, so calling it is optional; it is cheap and idempotent."""
         for key in list(self._with_unresolved):
             self.check_unresolved(self._partitions.get(*key))
-        self._bump_locally(now)
+        self._ids.bump_locally(now)
 
     def check_unresolved(self, tp: TopicPartitionLike) -> bool:
         """docs/idempotence.md 1: drop unresolved batches a later success proved written (1a); if
@@ -231,7 +293,7 @@ class IdempotenceManager(ProducerIdHolder):
         question is about a new batch). Runs ``maintain`` first.
         """
         self.maintain(now)
-        if self._state is not ProducerIdState.READY:
+        if self._ids.state is not ProducerIdState.READY:
             return False
         if now is None:
             now = self._clock()
@@ -276,8 +338,9 @@ class IdempotenceManager(ProducerIdHolder):
         renumbered from 0 in order: the Java client's sequence adjustment). Either way it is
         in flight.
         """
-        if self._state is not ProducerIdState.READY:
-            raise IllegalStateError(f"cannot assign a sequence in state {self._state.name}")
+        ids = self._ids
+        if ids.state is not ProducerIdState.READY:
+            raise IllegalStateError(f"cannot assign a sequence in state {ids.state.name}")
         p = self.partition_state(batch)
         if batch.base_sequence >= 0:
             entry = p.held_entry(batch)
@@ -291,7 +354,7 @@ class IdempotenceManager(ProducerIdHolder):
             raise IllegalStateError(f"{p.topic}-{p.partition}: a new batch may not be sent now "
                                     f"(step 2); ask can_send first")
         self._maybe_restart(p)
-        p.number(batch, self._producer_id, self._producer_epoch)
+        p.number(batch, ids.producer_id, ids.producer_epoch)
 
     def _maybe_restart(self, p: PartitionProducer) -> None:
         """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
@@ -304,11 +367,12 @@ class IdempotenceManager(ProducerIdHolder):
             return
         if p.producer_id != NO_PRODUCER_ID:
             self._sequence_resets += 1  # the first start is not a reset
-        p.restart_sequences(self._producer_id, self._producer_epoch, self._generation)
+        ids = self._ids
+        p.restart_sequences(ids.producer_id, ids.producer_epoch, ids.generation)
         self._with_unresolved.discard((p.topic, p.partition))
         log.debug("[client %s] %s-%d: sequences restart at 0 under producer id %d epoch %d "
                   "(%d held batch(es) renumbered)", self._client_id, p.topic, p.partition,
-                  self._producer_id, self._producer_epoch, len(p.in_flight))
+                  ids.producer_id, ids.producer_epoch, len(p.in_flight))
 
     def on_not_sent(self, batch: SequencedBatch) -> None:
         """A numbered batch never left the client: held again like a retry."""
@@ -361,10 +425,10 @@ class IdempotenceManager(ProducerIdHolder):
                                 retries=self._retries, transactional=self._transactional,
                                 backoff=self._backoff)
         p = self.partition_state(batch)
-        if self._state is ProducerIdState.FATAL:
+        if self._ids.state is ProducerIdState.FATAL:
             p.forget(batch)
             return replace(decision, action=Action.FATAL, retriable=False,
-                           reason=f"producer already failed: {self._fatal_error!r}")
+                           reason=f"producer already failed: {self._ids.fatal_error!r}")
         if decision.action is Action.FATAL:
             p.forget(batch)
             self.fail_fatally(_error_for(code, batch))
@@ -428,22 +492,24 @@ class IdempotenceManager(ProducerIdHolder):
     # ---- introspection --------------------------------------------------------------------
 
     def statistics(self) -> IdempotenceStatistics:
+        ids = self._ids
         return IdempotenceStatistics(
-            state=self._state, producer_id=self._producer_id,
-            producer_epoch=self._producer_epoch, partitions=len(self._partitions),
+            state=ids.state, producer_id=ids.producer_id,
+            producer_epoch=ids.producer_epoch, partitions=len(self._partitions),
             in_flight_batches=sum(len(p.in_flight) for p in self._partitions),
             partitions_with_unresolved=len(self._with_unresolved),
-            epoch_bumps=self._epoch_bumps,
-            producer_id_resets=max(0, self._fresh_producer_ids - 1),
+            epoch_bumps=ids.epoch_bumps,
+            producer_id_resets=max(0, ids.fresh_producer_ids - 1),
             sequence_resets=self._sequence_resets, retries=self._retries_done,
             splits=self._splits, unresolved_batches=self._unresolved_total,
             resolved_batches=self._resolved_total,
-            broker_state_losses=self._broker_state_losses, generation=self._generation,
+            broker_state_losses=self._broker_state_losses, generation=ids.generation,
             unwritable_batches=self._unwritable_total)
 
     def __repr__(self) -> str:
         s = self.statistics()
-        fatal = f" fatal={self._fatal_error!r}" if self._fatal_error is not None else ""
+        error = self._ids.fatal_error
+        fatal = f" fatal={error!r}" if error is not None else ""
         return (f"<IdempotenceManager {s.state.name} pid={s.producer_id} "
                 f"epoch={s.producer_epoch} partitions={s.partitions} "
                 f"in_flight={s.in_flight_batches} unresolved={s.partitions_with_unresolved} "

@@ -5,7 +5,8 @@ state, each row naming the rule it implements; an event the table does not list 
 :class:`~aiokprod.errors.IllegalStateError`. :class:`ProducerIdHolder` holds the id, the
 epoch and the count of assignments (the *generation*) and fires the events: when an
 InitProducerId is needed and with which pair, what an answer, a refused bump or an exhausted
-epoch does. ``IdempotenceManager`` extends it with what each partition does about it.
+epoch does. ``IdempotenceManager`` creates and owns one, and does what each partition does
+about it; the holder reads the partitions only to know whether a batch is still on the wire.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiokprod._backoff import ExponentialBackoff
 from aiokprod.errors import IllegalStateError
+from aiokprod.producer.partition import Partitions
 from aiokprod.producer.sequences import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 __all__ = [
@@ -124,71 +125,60 @@ def next_state(state: ProducerIdState, event: Event) -> ProducerIdState:
 
 
 class ProducerIdHolder:
-    """The producer id, epoch and generation, and the events that move them."""
+    """The producer id, epoch and generation, and the events that move them.
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
-                 bump_via_init_producer_id: bool = False,
-                 backoff: ExponentialBackoff | None = None, client_id: str = "") -> None:
+    One per idempotent producer, created and owned by its ``IdempotenceManager``. The facts
+    are plain attributes, read by the manager on every drained batch (a property there
+    would be a call per batch); only this class sets them.
+    """
+
+    __slots__ = ("_bump_supported", "_bump_via_broker", "_client_id", "_clock", "_last_pair",
+                 "_partitions", "epoch_bumps", "fatal_error", "fresh_producer_ids",
+                 "generation", "last_bump_at", "producer_epoch", "producer_id", "state")
+
+    def __init__(self, partitions: Partitions, *, clock: Callable[[], float] = time.monotonic,
+                 bump_via_init_producer_id: bool = False, client_id: str = "") -> None:
+        # the producer's partitions: a fresh id waits until none has a batch on the wire
+        self._partitions = partitions
         self._clock = clock
         self._bump_via_broker = bump_via_init_producer_id  # KIP-360 instead of a local bump
         self._bump_supported = True  # cleared by on_bump_unsupported: later bumps get new ids
-        self._backoff = backoff
         self._client_id = client_id
-        self._state = ProducerIdState.UNINITIALIZED
-        self._producer_id = NO_PRODUCER_ID
-        self._producer_epoch = NO_PRODUCER_EPOCH
+        self.state = ProducerIdState.UNINITIALIZED
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
         # Counts producer id/epoch assignments (InitProducerId answers, local bumps). A
         # partition whose generation differs is stale and restarts at sequence 0, even when
         # the new pair equals the old one (a broker that lost its state hands it out again).
-        self._generation = 0
+        self.generation = 0
         # The last pair we held, kept when it is dropped for a fresh id: an InitProducerId
         # answer equal to it proves the broker forgot us, so no old sequence means anything.
         self._last_pair: tuple[int, int] | None = None
-        self._fatal_error: BaseException | None = None
-        self._epoch_bumps = 0
-        self._fresh_producer_ids = 0  # InitProducerId answers with a new id
+        # Why the producer stopped (FATAL), else None; the first cause is kept.
+        self.fatal_error: BaseException | None = None
+        self.epoch_bumps = 0  # local or KIP-360 bumps
+        self.fresh_producer_ids = 0  # InitProducerId answers with a new id
         self.last_bump_at: float | None = None  # clock time of the last epoch bump or new id
 
     def _any_on_wire(self) -> bool:
         """A batch of the producer is on the wire (a fresh id waits for none to be)."""
-        raise NotImplementedError
+        return any(p.on_wire_count or p.expired_on_wire for p in self._partitions)
 
-    @property
-    def state(self) -> ProducerIdState:
-        return self._state
-
-    @property
-    def producer_id(self) -> int:
-        return self._producer_id
-
-    @property
-    def producer_epoch(self) -> int:
-        return self._producer_epoch
-
-    @property
-    def backoff(self) -> ExponentialBackoff | None:
-        """retry.backoff.ms / retry.backoff.max.ms, for InitProducerId retries too."""
-        return self._backoff
-
-    @property
-    def fatal_error(self) -> BaseException | None:
-        """Why the producer stopped (FATAL), else None."""
-        return self._fatal_error
-
-    def _fire(self, event: Event) -> None:
-        target = next_state(self._state, event)
-        if target is not self._state:
+    def fire(self, event: Event) -> None:
+        """Move along the table; an event it does not list raises IllegalStateError."""
+        target = next_state(self.state, event)
+        if target is not self.state:
             log.debug("[client %s] producer id state %s -> %s on %s", self._client_id,
-                      self._state.name, target.name, event.name)
-        self._state = target
+                      self.state.name, target.name, event.name)
+        self.state = target
 
     def fail_fatally(self, error: BaseException) -> None:
-        """Stop for good: every later ``can_send`` is False. The first cause is kept."""
-        if self._fatal_error is None:
-            self._fatal_error = error
+        """Stop for good: nothing is sent any more. The first cause is kept."""
+        if self.fatal_error is None:
+            self.fatal_error = error
             log.error("[client %s] idempotent producer failed fatally: %s", self._client_id,
                       error)
-        self._fire(Event.FATAL_ERROR)
+        self.fire(Event.FATAL_ERROR)
 
     # ---- producer id ----------------------------------------------------------------------
 
@@ -201,14 +191,14 @@ class ProducerIdHolder:
         the new numbering's — written twice, or ahead of batches appended before it. The wait
         is bounded: every request on the wire is answered or fails by request.timeout.ms.
         """
-        state = self._state
+        state = self.state
         if state in (ProducerIdState.UNINITIALIZED, ProducerIdState.INITIALIZING):
             fresh_id = True
         elif self._bump_via_broker and state is ProducerIdState.BUMPING:
             return True
         elif self._bump_via_broker and state is ProducerIdState.BUMP_REQUIRED:
             # init_producer_id_params turns this into a fresh-id request in these two cases
-            fresh_id = not self._bump_supported or self._producer_epoch >= MAX_PRODUCER_EPOCH
+            fresh_id = not self._bump_supported or self.producer_epoch >= MAX_PRODUCER_EPOCH
         else:
             return False
         return not fresh_id or self._last_pair is None or not self._any_on_wire()
@@ -219,63 +209,59 @@ class ProducerIdHolder:
         Call it right before each attempt: it records that a request is under way. (-1, -1)
         asks for a fresh id; the current pair asks the broker to bump the epoch (KIP-360).
         """
-        state = self._state
-        if state is ProducerIdState.BUMP_REQUIRED and self._bump_via_broker:
-            if self._producer_epoch >= MAX_PRODUCER_EPOCH:
+        if self.state is ProducerIdState.BUMP_REQUIRED and self._bump_via_broker:
+            if self.producer_epoch >= MAX_PRODUCER_EPOCH:
                 self._forget_producer_id(Event.EPOCH_EXHAUSTED)
             elif not self._bump_supported:
                 self._forget_producer_id(Event.BUMP_UNSUPPORTED)
             else:
-                self._fire(Event.BUMP_REQUEST_SENT)
-                return self._producer_id, self._producer_epoch
-        if self._state is ProducerIdState.UNINITIALIZED:
-            self._fire(Event.INIT_REQUEST_SENT)
+                self.fire(Event.BUMP_REQUEST_SENT)
+                return self.producer_id, self.producer_epoch
+        if self.state is ProducerIdState.UNINITIALIZED:
+            self.fire(Event.INIT_REQUEST_SENT)
             return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        if self._state is ProducerIdState.INITIALIZING:
+        if self.state is ProducerIdState.INITIALIZING:
             return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
-        if self._state is ProducerIdState.BUMPING:
-            return self._producer_id, self._producer_epoch
+        if self.state is ProducerIdState.BUMPING:
+            return self.producer_id, self.producer_epoch
         raise IllegalStateError(
-            f"idempotent producer: no InitProducerId is needed in state {self._state.name}")
+            f"idempotent producer: no InitProducerId is needed in state {self.state.name}")
 
-    def _take_pair(self, producer_id: int, producer_epoch: int) -> bool:
+    def take_pair(self, producer_id: int, producer_epoch: int) -> bool:
         """Take the id and epoch an InitProducerId answer (or an EndTxn, KIP-890) brought.
-        True when it repeats the pair held last: the broker lost our state."""
+        True when it repeats the pair held last: the broker lost our state (what the
+        partitions do about that is the manager's)."""
         if producer_id < 0 or not 0 <= producer_epoch <= MAX_PRODUCER_EPOCH:
             raise ValueError(f"invalid producer id/epoch from the broker: {producer_id}/"
                              f"{producer_epoch}")
-        self._fire(Event.PRODUCER_ID_RECEIVED)
-        if producer_id == self._producer_id:
-            self._epoch_bumps += 1
+        self.fire(Event.PRODUCER_ID_RECEIVED)
+        if producer_id == self.producer_id:
+            self.epoch_bumps += 1
         else:
-            self._fresh_producer_ids += 1
+            self.fresh_producer_ids += 1
         state_lost = self._last_pair == (producer_id, producer_epoch)
-        self._producer_id = producer_id
-        self._producer_epoch = producer_epoch
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
         self._last_pair = (producer_id, producer_epoch)
-        self._generation += 1
+        self.generation += 1
         self.last_bump_at = self._clock()
         log.info("[client %s] producer id %d epoch %d", self._client_id, producer_id,
                  producer_epoch)
         return state_lost
 
-    def on_producer_id(self, producer_id: int, producer_epoch: int) -> None:
-        """InitProducerId succeeded (``IdempotenceManager`` also tells the partitions)."""
-        self._take_pair(producer_id, producer_epoch)
-
-    def on_epoch_bumped_by_broker(self, producer_id: int, producer_epoch: int) -> None:
+    def take_broker_bump(self, producer_id: int, producer_epoch: int) -> bool:
         """Transaction version 2 (KIP-890): every EndTxn answer carries a new epoch (or id)
-        the coordinator bumped itself. Taken like a KIP-360 bump: every partition restarts at
-        sequence 0 under it once nothing of the old epoch is held."""
-        if self._state is ProducerIdState.READY:
-            self._fire(Event.BUMP_REQUESTED)
+        the coordinator bumped itself. Taken like a KIP-360 bump; returns what ``take_pair``
+        does."""
+        if self.state is ProducerIdState.READY:
+            self.fire(Event.BUMP_REQUESTED)
         self.init_producer_id_params()  # BUMP_REQUIRED -> BUMPING (or a fresh id's state)
-        self.on_producer_id(producer_id, producer_epoch)
+        return self.take_pair(producer_id, producer_epoch)
 
     def on_init_producer_id_failed(self, error: BaseException) -> None:
         """InitProducerId failed: retriable errors are tried again, others are fatal."""
         if getattr(error, "retriable", False):
-            self._fire(Event.INIT_FAILED)
+            self.fire(Event.INIT_FAILED)
         else:
             self.fail_fatally(error)
 
@@ -286,24 +272,24 @@ class ProducerIdHolder:
         self._forget_producer_id(Event.BUMP_UNSUPPORTED)
 
     def _forget_producer_id(self, event: Event) -> None:
-        self._fire(event)
+        self.fire(event)
         log.info("[client %s] dropping producer id %d epoch %d (%s): a new one is needed",
-                 self._client_id, self._producer_id, self._producer_epoch, event.name)
-        self._producer_id = NO_PRODUCER_ID
-        self._producer_epoch = NO_PRODUCER_EPOCH
+                 self._client_id, self.producer_id, self.producer_epoch, event.name)
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
 
-    def _bump_locally(self, now: float | None) -> None:
+    def bump_locally(self, now: float | None) -> None:
         """A pending bump in local mode: the idempotent producer keeps its epoch itself."""
-        if self._state is not ProducerIdState.BUMP_REQUIRED or self._bump_via_broker:
+        if self.state is not ProducerIdState.BUMP_REQUIRED or self._bump_via_broker:
             return
-        if self._producer_epoch >= MAX_PRODUCER_EPOCH:
+        if self.producer_epoch >= MAX_PRODUCER_EPOCH:
             self._forget_producer_id(Event.EPOCH_EXHAUSTED)
             return
-        self._fire(Event.EPOCH_BUMPED_LOCALLY)
-        self._producer_epoch += 1
-        self._generation += 1
-        self._last_pair = (self._producer_id, self._producer_epoch)
-        self._epoch_bumps += 1
+        self.fire(Event.EPOCH_BUMPED_LOCALLY)
+        self.producer_epoch += 1
+        self.generation += 1
+        self._last_pair = (self.producer_id, self.producer_epoch)
+        self.epoch_bumps += 1
         self.last_bump_at = self._clock() if now is None else now
         log.info("[client %s] producer id %d: epoch bumped to %d", self._client_id,
-                 self._producer_id, self._producer_epoch)
+                 self.producer_id, self.producer_epoch)

@@ -6,8 +6,10 @@ consumer group's), InitProducerId with the transactional id, AddPartitionsToTxn 
 partition's first batch, AddOffsetsToTxn + TxnOffsetCommit, and EndTxn. The producer calls it
 from ``start()``/``commit_transaction()``/``abort_transaction()``; the sender calls
 ``can_send`` while draining and ``after_drain`` once per wake-up. AddOffsetsToTxn,
-TxnOffsetCommit and EndTxn are sent by ``transaction_end.py``'s methods, which
-``TransactionManager`` inherits.
+TxnOffsetCommit and EndTxn are built and sent by ``transaction_end.py``'s functions (a
+prepared transaction's owner-less end sends them too); what their answers do to the
+transaction -- abortable, fatal, ended, the epoch bump an abort may need -- is decided here,
+with the rest of the transaction's state.
 
 Every wait is bounded: the user-facing calls by max.block.ms (a deadline passed in), each
 request by request.timeout.ms, AddPartitionsToTxn retries by the delivery.timeout.ms of the
@@ -19,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import (
+    IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
@@ -33,7 +36,7 @@ from aiokprod.errors import (
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.producer.coordinator import CoordinatorClient, top_level_code
-from aiokprod.producer.idempotence import IdempotenceManager, ProducerIdState
+from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.prepared import PreparedTransaction
 from aiokprod.producer.producer_id import (
     FATAL_INIT_CODES,
@@ -41,8 +44,16 @@ from aiokprod.producer.producer_id import (
     InitOutcome,
     ProducerIdRequester,
 )
-from aiokprod.producer.transaction_end import END_TXN_V2, TransactionEnd
+from aiokprod.producer.producer_id_state import ProducerIdState
+from aiokprod.producer.transaction_end import (
+    ADD_OFFSETS_ABORTABLE,
+    END_TXN_V2,
+    add_offsets_to_txn,
+    end_txn,
+    txn_offset_commit,
+)
 from aiokprod.producer.transactions import (
+    ConsumerGroupMetadata,
     PartitionsInTransaction,
     TransactionState,
     TxnEvent,
@@ -92,7 +103,7 @@ def fenced_error(transactional_id: str, code: ErrorCode | int, what: str
         f"this transactional id is meant to run")
 
 
-class TransactionManager(TransactionEnd):
+class TransactionManager:
     """One transactional producer's coordinator requests and its transaction state."""
 
     def __init__(
@@ -410,3 +421,73 @@ class TransactionManager(TransactionEnd):
             await asyncio.wait({task}, timeout=max(0.0, deadline - self._clock()))
             if not task.done():
                 raise KafkaTimeoutError("AddPartitionsToTxn still under way (max.block.ms)")
+
+    # ---- offsets ----------------------------------------------------------------------------
+
+    async def send_offsets(self, offsets: Mapping[tuple[str, int], int],
+                           group: str | ConsumerGroupMetadata, deadline: float) -> None:
+        """AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit to the
+        group's coordinator: the offsets commit or abort with the transaction (KIP-98)."""
+        meta = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(
+            group)
+        self._check_open("send_offsets_to_transaction()")
+        group_id = meta.group_id
+        if group_id not in self.partitions.offsets_added:
+            pid, epoch = self._pair()
+            what = f"AddOffsetsToTxn(group {group_id!r})"
+            code = await add_offsets_to_txn(self._coordinators, self.transactional_id, pid,
+                                            epoch, group_id, deadline)
+            if code is not ErrorCode.NONE:
+                raise self._fail_with(code, what, abortable=code in ADD_OFFSETS_ABORTABLE)
+            self.partitions.offsets_added.add(group_id)
+        pid, epoch = self._pair()
+        what = f"TxnOffsetCommit(group {group_id!r}, {len(offsets)} partitions)"
+        code = await txn_offset_commit(self._coordinators, self.transactional_id, pid, epoch,
+                                       meta, offsets, deadline)
+        if code is not ErrorCode.NONE:
+            raise self._fail_with(code, what, abortable=code not in FATAL_INIT_CODES)
+
+    def _check_open(self, call: str) -> None:
+        """Raise what stops ``call``: fatal, abortable, or no transaction open."""
+        self.check_fatal()
+        if self._state is TransactionState.ABORTABLE_ERROR:
+            raise TransactionAbortableError(
+                f"{call}: the transaction must be aborted: {self.abortable_error}")
+        if self._state is not TransactionState.IN_TRANSACTION:
+            raise IllegalStateError(f"{call} is not allowed in state {self._state.name}: "
+                                    f"call begin_transaction() first")
+
+    # ---- EndTxn -----------------------------------------------------------------------------
+
+    async def end(self, commit: bool, deadline: float) -> None:
+        """EndTxn(commit or abort), if the coordinator knows of this transaction, then the
+        epoch bump an abort may need; the state becomes READY."""
+        what = f"EndTxn({'commit' if commit else 'abort'})"
+        if self.partitions.started:
+            pid, epoch = self._pair()
+            response, code, version = await end_txn(
+                self._coordinators, self.transactional_id, pid, epoch, commit,
+                self.transaction_version, deadline)
+            if code is not ErrorCode.NONE:
+                abortable = commit and code in (ErrorCode.TRANSACTION_ABORTABLE,
+                                                ErrorCode.UNKNOWN_PRODUCER_ID,
+                                                ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+                raise self._fail_with(code, what, abortable=abortable)
+            if response is not None and version >= END_TXN_V2 and response.producer_id >= 0 and \
+                    response.producer_epoch >= 0:
+                # KIP-890: the coordinator bumped the epoch; the next transaction uses it
+                self._idem.on_epoch_bumped_by_broker(response.producer_id,
+                                                     response.producer_epoch)
+        self.partitions.clear()
+        if commit:
+            self.transactions_committed += 1
+        else:
+            self.transactions_aborted += 1
+        if not commit:
+            self._idem.maintain()  # unresolved sequences left by the abort ask for a bump
+            if self._idem.state is not ProducerIdState.READY:
+                self.fire(TxnEvent.EPOCH_BUMP_STARTED)
+                await self._init_producer_id(deadline, "InitProducerId (epoch bump)")
+                return
+        self.abortable_error = None
+        self.fire(TxnEvent.END_COMPLETED)

@@ -18,7 +18,7 @@ Errors come in two kinds (see docs/transactions.md):
 
 The I/O (FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn, AddOffsetsToTxn,
 TxnOffsetCommit) lives in ``producer/transaction_manager.py``, which fires these events (EndTxn
-and the offsets' requests in ``producer/transaction_end.py``, a mixin of its manager).
+and the offsets' requests are built and sent by ``producer/transaction_end.py``'s functions).
 """
 
 from __future__ import annotations
@@ -26,13 +26,17 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from aiokprod.errors import IllegalStateError
-from aiokprod.producer.partition_state import TXN_ADDED, TXN_ADDING, TXN_NONE, TXN_PENDING
-
-if TYPE_CHECKING:
-    from aiokprod.producer.partition import PartitionProducer, Partitions
+from aiokprod.producer.partition import (
+    TXN_ADDED,
+    TXN_ADDING,
+    TXN_NONE,
+    TXN_PENDING,
+    PartitionProducer,
+    Partitions,
+)
 
 __all__ = [
     "TRANSITIONS",
@@ -187,7 +191,7 @@ class PartitionsInTransaction:
     """Which partitions the open transaction holds, asked of the partitions themselves.
 
     Each partition's object holds its own stage in the open transaction
-    (``PartitionState.txn_number`` and ``txn_stage``); this keeps the transaction's number,
+    (``PartitionProducer.txn_number`` and ``txn_stage``); this keeps the transaction's number,
     the partitions a drain found that still need AddPartitionsToTxn (the next request's
     work) and the groups whose offsets joined. A partition seen in a drain before it was added
     becomes pending; the manager sends one AddPartitionsToTxn for all of them per sender

@@ -8,8 +8,7 @@ import itertools
 import pytest
 
 from aiokprod.errors import IllegalStateError
-from aiokprod.producer.partition import Partitions
-from aiokprod.producer.partition_state import TXN_ADDING, TXN_NONE, TXN_PENDING
+from aiokprod.producer.partition import TXN_ADDING, TXN_NONE, TXN_PENDING, Partitions
 from aiokprod.producer.transactions import (
     TRANSITIONS,
     ConsumerGroupMetadata,
