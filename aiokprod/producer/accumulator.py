@@ -4,7 +4,10 @@ docs/batching.md (A1-A3, R1-R5, D1-D4) states the rules. ``send`` appends into t
 batch of the partition, or starts a new one with memory from the ``BufferPool``; the sender asks
 ``ready()`` which nodes have something sendable and when to look again, then ``drain()`` takes at
 most one request's worth per node. No per-record timer exists: the sender is woken when a batch is
-created or fills up, and otherwise sleeps until the delay ``ready()`` computed.
+created or fills up, and otherwise sleeps until the delay ``ready()`` computed. A retried batch
+goes back to its place in its partition's queue (``reenqueue``), so do the batches a split cut
+from a refused one (``split``, ``requeue_split``); ``expire`` takes out what outlived
+``delivery_timeout_ms`` (docs/batching.md D1-D5).
 
 A partition's first batch is sendable when (docs/batching.md, R1-R4):
 full (or a second batch is queued behind it) | lingered ``linger_ms`` | someone waits for memory
@@ -15,14 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import ClusterView
-from aiokprod.producer.accumulator_drain import ReadyCheck, SenderSide
 from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
 from aiokprod.producer.batch import append_open as _append_open
+from aiokprod.producer.batch_split import split_refused
 from aiokprod.producer.partition import PartitionProducer, Partitions
 from aiokprod.records import (
     CompressionRatioEstimator,
@@ -58,6 +62,16 @@ def estimate_record_size(key: bytes | None, value: bytes | None,
     return size
 
 
+@dataclass
+class ReadyCheck:
+    """What ``ready()`` found: the nodes to drain now, and when to look again."""
+
+    ready_nodes: set[int] = field(default_factory=set)
+    # seconds until some batch becomes sendable on its own (linger/backoff); inf when none
+    next_ready_delay: float = float("inf")
+    unknown_leader_topics: set[str] = field(default_factory=set)
+
+
 @dataclass(frozen=True)
 class AccumulatorStatistics:
     partitions: int
@@ -70,7 +84,16 @@ class AccumulatorStatistics:
     muted_partitions: int = 0
 
 
-class RecordAccumulator(SenderSide):
+class RecordAccumulator:
+    """The per-partition queues of batches, with both of their sides in one class.
+
+    ``send`` appends (``try_append`` and the rest, never suspending); the sender asks which
+    nodes are ready, drains, puts retries and split batches back and expires what waited too
+    long. Both sides keep the same counts (queued records, incomplete batches) and read the
+    same flush/close state, so they are one object: the Java client's RecordAccumulator has the
+    same shape.
+    """
+
     def __init__(
         self,
         *,
@@ -110,15 +133,19 @@ class RecordAccumulator(SenderSide):
         self._incomplete: set[ProducerBatch] = set()  # created, not yet completed or failed
         self._flushes = 0  # flush() calls in progress: everything is sendable meanwhile
         self._closed = False  # close(): everything is sendable, no new appends
-        self._drain_index: dict[int, int] = {}  # node → rotation start for fairness
+        # node → where its next drain starts in its list of partitions (``_partitions_by_node``),
+        # rotated so that no partition always goes first (fairness); not to be confused with a
+        # partition's ``drain_index``, its cursor into its own queue
+        self._node_rotation: dict[int, int] = {}
         self._queued_records = 0  # incrementally kept for statistics()
         # max.in.flight.requests.per.connection=1 promises order without idempotence: a
         # partition with a batch on the wire (PartitionProducer.wire_requests > 0) is muted --
         # neither ready nor drained -- so a later batch cannot overtake it through a new
         # leader (Java's guaranteeMessageOrder)
         self.guarantee_order = False
-        # partitions grouped by leader, valid for one ClusterView (views are replaced, not mutated)
-        # (view, partitions created, by leader): views are replaced, not mutated
+        # partitions grouped by leader for drain(): (view, partitions created, by leader), valid
+        # while the view is the same object (views are replaced, not mutated) and no partition
+        # was created since
         self._nodes_cache: tuple[ClusterView, int,
                                  dict[int, list[tuple[PartitionProducer, int]]]] | None = None
         # topic, [(partition, leader or None, queued batches)] → the partitioner (KIP-794)
@@ -379,6 +406,208 @@ class RecordAccumulator(SenderSide):
             # batches), and the builder resizes buffers anyway, so reuse would gain nothing.
             self._pool.deallocate(b"", batch.buffer_size)
             batch.buffer_size = 0
+
+    # ---- the sender's side: ready nodes, draining, re-queueing, expiry ---------------------
+
+    def ready(self, view: ClusterView, now: float) -> ReadyCheck:
+        """The nodes leading a partition whose first batch is sendable now (R1-R5; a muted
+        partition is skipped, D5), and how long until one becomes sendable on its own."""
+        result = ReadyCheck()
+        exhausted = self._pool.waiters > 0
+        feed = self.on_queue_sizes
+        urgent = exhausted or self._flushes > 0 or self._closed
+        linger = self._linger
+        for topic, parts in self._queues.items():
+            meta = view.topics.get(topic)
+            if feed is not None and meta is not None:
+                # KIP-794: the adaptive partitioner steers new records away from long queues
+                feed(topic, [(p, meta.leader(p) if meta.leader(p) >= 0 else None,
+                              len(parts[p].batches) - parts[p].drain_index
+                              if p in parts else 0)
+                             for p in meta.partition_ids])
+            for partition, queue in parts.items():
+                first = queue.head()
+                if first is None:
+                    continue
+                if queue.wire_requests and self.guarantee_order:
+                    continue  # muted: its batch on the wire must be answered first (D5)
+                pm = meta.partitions.get(partition) if meta is not None else None
+                if pm is None or pm.leader < 0:
+                    result.unknown_leader_topics.add(topic)
+                    continue
+                leader = pm.leader
+                if leader in result.ready_nodes:
+                    continue
+                if first.attempts > 0:
+                    wait_until = first.retry_at
+                    # backing off, unless its partition has a new leader since (Java's
+                    # hasLeaderChangedForTheOngoingRetry): the error was the old leader's
+                    if now < wait_until and not pm.leader_epoch > first.leader_epoch:
+                        result.next_ready_delay = min(result.next_ready_delay, wait_until - now)
+                        continue
+                    result.ready_nodes.add(leader)
+                    continue
+                full = len(queue.batches) - queue.drain_index > 1 or first.builder.is_full()
+                waited = now - first.created_at
+                if full or urgent or waited >= linger:
+                    result.ready_nodes.add(leader)
+                else:
+                    result.next_ready_delay = min(result.next_ready_delay, linger - waited)
+        return result
+
+    def drain(
+        self,
+        view: ClusterView,
+        nodes: Iterable[int],
+        max_request_size: int,
+        now: float,
+        can_send: Callable[[ProducerBatch], bool] = lambda b: True,
+        on_drain: Callable[[ProducerBatch], None] = lambda b: None,
+    ) -> dict[int, list[ProducerBatch]]:
+        """At most one request's worth of batches per node, rotating the starting partition.
+
+        ``can_send`` lets idempotence hold a partition back (docs/idempotence.md step 2);
+        ``on_drain`` assigns sequences before the batch is sealed (steps 3-5).
+        """
+        by_node = self._partitions_by_node(view)
+        result: dict[int, list[ProducerBatch]] = {}
+        for node in nodes:
+            queues = by_node.get(node)
+            if not queues:
+                continue
+            start = self._node_rotation.get(node, 0) % len(queues)
+            taken: list[ProducerBatch] = []
+            size = 0
+            n = len(queues)
+            for i in range(n):
+                queue, leader_epoch = queues[(start + i) % n]
+                first = queue.head()
+                if first is None:
+                    continue
+                if first.attempts > 0 and now < first.retry_at and \
+                        not leader_epoch > first.leader_epoch:
+                    continue  # backing off, unless its partition has a new leader since
+                batch_size = first.size_in_bytes
+                if taken and size + batch_size > max_request_size:
+                    # D1: stop here; the rest goes in the next request
+                    self._node_rotation[node] = (start + i) % n
+                    break
+                if queue.wire_requests and self.guarantee_order:
+                    continue  # muted (D5)
+                if not can_send(first):
+                    continue
+                queue.drain_index += 1  # it stays in the queue until answered
+                first.queued = False
+                self._queued_records -= first.record_count
+                on_drain(first)
+                first.seal()
+                first.drained_at = now
+                first.leader_epoch = leader_epoch
+                taken.append(first)
+                size += first.size_in_bytes
+            else:
+                self._node_rotation[node] = (start + 1) % n
+            if taken:
+                result[node] = taken
+        return result
+
+    def _partitions_by_node(self, view: ClusterView
+                            ) -> dict[int, list[tuple[PartitionProducer, int]]]:
+        """Each node's partitions with their leader epoch in ``view``."""
+        cached = self._nodes_cache
+        created = self._partitions.created
+        if cached is not None and cached[0] is view and cached[1] == created:
+            return cached[2]
+        by_node: dict[int, list[tuple[PartitionProducer, int]]] = {}
+        for topic, parts in self._queues.items():
+            meta = view.topics.get(topic)
+            if meta is None:
+                continue
+            for partition, queue in sorted(parts.items()):
+                pm = meta.partitions.get(partition)
+                if pm is not None and pm.leader >= 0:
+                    by_node.setdefault(pm.leader, []).append((queue, pm.leader_epoch))
+        self._nodes_cache = (view, created, by_node)
+        return by_node
+
+    def reenqueue(self, batch: ProducerBatch, now: float, *, front: bool = False) -> None:
+        """Put a drained batch back for a retry: its partition's drain cursor rewinds to it.
+
+        The batch never left its partition's queue (``PartitionState.batches`` holds every
+        unacknowledged batch in the order it was first drained), so it keeps its place: before
+        every batch drained after it and every batch never drained. For an idempotent
+        producer that place is its sequence order (docs/idempotence.md step 8b), with no
+        comparison of sequence numbers, which wrap at 2**31-1 and are renumbered by resets.
+        ``front`` is kept for callers: a retry always goes before what was never drained.
+        """
+        batch.attempts += 1
+        batch.in_retry = True
+        batch.last_attempt_at = now
+        batch.retry_at = now + self._retry_backoff(batch.attempts - 1) / 1000
+        self._put_back(batch)
+
+    def requeue_split(self, batches: Sequence[ProducerBatch]) -> None:
+        """Queue the batches a split made (they hold the refused batch's place, ``split``),
+        as never tried.
+
+        The broker refused the batch for its size, not for anything a wait would change, so
+        its parts go out without the retry backoff and with ``attempts`` 0, as new batches
+        (the Java client's splitAndReenqueue): no attempt was used up and, being first
+        attempts, they count in the per-batch metrics.
+        """
+        for batch in batches:
+            self._put_back(batch)
+
+    def _put_back(self, batch: ProducerBatch) -> None:
+        self._queue(batch.topic, batch.partition).put_back(batch)
+        self._queued_records += batch.record_count
+        self._wakeup()
+
+    def split(self, batch: ProducerBatch, now: float) -> list[ProducerBatch]:
+        """docs/compression.md S1-S5: re-cut a batch the broker refused as too large
+        (``batch_split.split_refused``); the new batches take its place in its partition's
+        queue and are tracked as incomplete, and the old one's memory goes back to the pool.
+        The caller numbers (idempotence) and queues them (``requeue_split``)."""
+        created = split_refused(batch, batch_size=self.batch_size,
+                                compression=self.compression,
+                                compression_level=self._compression_level,
+                                estimator=self._estimator)
+        for part in created:
+            part.queued = False  # waiting once requeue_split (or a reenqueue) puts it back
+        queue = self._queue(batch.topic, batch.partition)
+        if batch in queue.batches:
+            queue.replace_batch(batch, created)
+        self._incomplete.update(created)
+        batch.done = True
+        batch.final_state = "split"
+        self.release(batch)
+        return created
+
+    def expire(self, now: float) -> list[ProducerBatch]:
+        """Batches still waiting past ``delivery_timeout_ms``, oldest first from each
+        partition's drain cursor: taken out, for the sender to fail."""
+        expired: list[ProducerBatch] = []
+        deadline = self._delivery_timeout
+        for parts in self._queues.values():
+            for queue in parts.values():
+                batch = queue.head()
+                while batch is not None and now - batch.created_at >= deadline:
+                    queue.discard(batch)
+                    self._queued_records -= batch.record_count
+                    expired.append(batch)
+                    batch = queue.head()
+        return expired
+
+    def delivery_timeout_error(self, batch: ProducerBatch, now: float) -> KafkaTimeoutError:
+        return KafkaTimeoutError(
+            f"Expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+            f"{int((now - batch.created_at) * 1000)} ms has passed since batch creation "
+            f"(delivery.timeout.ms={int(self._delivery_timeout * 1000)})")
+
+    def next_expiry_delay(self, now: float) -> float:
+        heads = (q.head() for parts in self._queues.values() for q in parts.values())
+        oldest = min((h.created_at for h in heads if h is not None), default=None)
+        return float("inf") if oldest is None else max(0.0, oldest + self._delivery_timeout - now)
 
     # ---- flush / close -------------------------------------------------------------------
 

@@ -1,11 +1,14 @@
 """One Produce request of the sender: building it from drained batches and reading its
 answer, per partition, into the batches' outcomes.
 
-A mixin of ``Sender`` (sender.py keeps the wake-up loop, the producer id and the lifecycle):
-the request's version and topic naming (KIP-516 ids from v13, the KIP-1269 window from v14),
-the connection it goes out on, and what each partition's answer means for its batch
-(``outcomes.BatchOutcomes`` applies it). The state it reads is the sender's, set in
-``Sender.__init__`` and declared below for the type checker.
+``ProduceExchange`` is created and owned by the ``Sender`` (sender.py keeps the wake-up loop,
+the producer id and the lifecycle), which hands it each node's drained batches. It decides the
+request's version and topic naming (KIP-516 ids from v13, the KIP-1269 window from v14), the
+connection it goes out on, and what each partition's answer means for its batch
+(``outcomes.BatchOutcomes`` applies it). It owns what only Produce requests change: each
+node's requests awaiting answers (the sender's loop holds a node back at
+``max_in_flight_requests_per_connection``), the connection each node's last request went out
+on, and the request and batch counts of ``Sender.statistics()``.
 """
 
 from __future__ import annotations
@@ -44,29 +47,47 @@ _PRODUCE_MAX_VERSION_BY_NAME = 12
 
 
 class ProduceExchange:
-    """Produce requests out and their answers in, as methods of ``Sender``."""
+    """Produce requests out and their answers in, for the sender that owns it."""
 
-    # the sender's state (set in Sender.__init__)
-    _cluster: Cluster
-    _txn: TransactionManager | None
-    _transactional_id: str | None
-    _produce_max_version: int
-    _produce_links: dict[int, BrokerConnection]
-    _idem: IdempotenceManager | None
-    _acks: int
-    _request_timeout_ms: int
-    _client: str
-    _metrics: Any
-    _clock: Callable[[], float]
-    _in_flight_requests: dict[int, int]
-    _outcomes: BatchOutcomes
-    _requests_sent: int
-    _batches_sent: int
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        outcomes: BatchOutcomes,
+        idempotence: IdempotenceManager | None,
+        transactions: TransactionManager | None,
+        acks: int,
+        request_timeout_ms: int,
+        client_id: str,
+        metrics: Any,
+        clock: Callable[[], float],
+        wakeup: Callable[[], None],
+    ) -> None:
+        self._cluster = cluster
+        self._outcomes = outcomes
+        self._idem = idempotence
+        # a transactional producer's requests carry its id and take the version its
+        # TransactionManager allows (v11 or v12, KIP-890)
+        self._txn = transactions
+        self._transactional_id = transactions.transactional_id if transactions else None
+        self._produce_max_version = PRODUCE_MAX_VERSION
+        self._acks = acks
+        self._request_timeout_ms = request_timeout_ms
+        self._client = client_id
+        self._metrics = metrics
+        self._clock = clock
+        # the sender's waker: an answer may free room for more requests
+        self._wakeup = wakeup
+        # node → the connection its last Produce went out on: a new one resets the KIP-1269
+        # window of the node's partitions (the broker behind it may have changed)
+        self._produce_links: dict[int, BrokerConnection] = {}
+        self.in_flight_requests: dict[int, int] = {}  # node → produce requests awaiting answers
+        self.requests_sent = 0
+        self.batches_sent = 0
 
-    def wakeup(self) -> None:
-        raise NotImplementedError
-
-    def _send_produce(self, node: int, batches: list[ProducerBatch], now: float) -> None:
+    def send(self, node: int, batches: list[ProducerBatch], now: float) -> None:
+        """Write one Produce request of ``batches`` (drained for ``node``); its answer is
+        handled in the connection's callback."""
         conn = self._cluster.ready_connection(node)
         if conn is None:  # vanished between ready() and now: put them back
             self._outcomes.not_sent(batches, KafkaConnectionError(f"node {node} not connected"),
@@ -110,9 +131,9 @@ class ProduceExchange:
         except KafkaError as exc:  # e.g. no Produce version in common: nothing left the client
             self._outcomes.unsendable(batches, exc)
             return
-        self._requests_sent += 1
-        self._batches_sent += len(batches)
-        self._in_flight_requests[node] = self._in_flight_requests.get(node, 0) + 1
+        self.requests_sent += 1
+        self.batches_sent += len(batches)
+        self.in_flight_requests[node] = self.in_flight_requests.get(node, 0) + 1
         self._outcomes.sent(node, batches, now)
         future.add_done_callback(lambda f: self._on_produce_done(node, by_tp, names, f, now))
 
@@ -133,7 +154,7 @@ class ProduceExchange:
                          names: dict[uuid.UUID, str],
                          future: asyncio.Future[ProduceResponse | None], sent_at: float
                          ) -> None:
-        self._in_flight_requests[node] -= 1
+        self.in_flight_requests[node] -= 1
         now = self._clock()
         try:
             if future.cancelled():
@@ -174,7 +195,7 @@ class ProduceExchange:
         finally:
             if self._idem is not None:
                 self._outcomes.fail_doomed()
-            self.wakeup()
+            self._wakeup()
 
     def _handle_partition(self, node: int, batch: ProducerBatch,
                           topic: ProduceResponse.TopicProduceResponse,

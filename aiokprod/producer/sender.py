@@ -8,8 +8,9 @@ sequence order after a backoff, split, or fail — then the sender is woken to s
 
 It sleeps on a single timer per wake-up (``waker.Waker``), woken early by: a new or full batch, a
 response, a connection that opened, new metadata, flush and close. There is no timer per record
-or per batch. Building a Produce request and reading its answer are ``produce_exchange``'s, a
-mixin of this class.
+or per batch. Building a Produce request and reading its answer are the job of a
+``produce_exchange.ProduceExchange`` the sender owns; what each outcome does to its batch is
+``outcomes.BatchOutcomes``'s.
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod.errors import ProducerClosedError
 from aiokprod.network.cluster import Cluster
-from aiokprod.network.connection import BrokerConnection
 from aiokprod.network.metadata import TopicPartition
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.outcomes import BatchOutcomes
-from aiokprod.producer.produce_exchange import PRODUCE_MAX_VERSION, ProduceExchange
+from aiokprod.producer.produce_exchange import ProduceExchange
 from aiokprod.producer.producer_id import ProducerIdRequester, init_on_any_broker
 from aiokprod.producer.waker import Waker
 
@@ -58,7 +58,10 @@ class SenderStatistics:
     producer_epoch: int
 
 
-class Sender(ProduceExchange):
+class Sender:
+    """The background task that drains the accumulator into Produce requests (one per node
+    per wake-up) and the producer's lifecycle around it: start, close, fatal errors."""
+
     def __init__(
         self,
         *,
@@ -84,12 +87,6 @@ class Sender(ProduceExchange):
         # transactional producer: it runs InitProducerId itself (with the transactional id),
         # and a partition's batches are drained only once it was added to the transaction
         self._txn = transactions
-        self._transactional_id = transactions.transactional_id if transactions else None
-        # a transactional producer asks its TransactionManager (v11 or v12, KIP-890)
-        self._produce_max_version = PRODUCE_MAX_VERSION
-        # node → the connection its last Produce went out on: a new one resets the KIP-1269
-        # window of the node's partitions (the broker behind it may have changed)
-        self._produce_links: dict[int, BrokerConnection] = {}
         # starts background tasks: the producer's supervisor, so that a crash turns it fatal
         self._spawn = spawn or _plain_spawn
         # (node, now in ms, could drain): feeds partitioner.availability.timeout.ms, which
@@ -97,18 +94,14 @@ class Sender(ProduceExchange):
         self._on_node_ready = on_node_ready
         self._acc = accumulator
         self._idem = idempotence
-        self._acks = acks
-        self._request_timeout_ms = request_timeout_ms
         self._max_in_flight = max_in_flight
         # one request per connection promises order even without idempotence (docs/batching.md)
         accumulator.guarantee_order = max_in_flight == 1
         self._max_request_size = max_request_size
         self._transaction_timeout_ms = transaction_timeout_ms
         self._client = client_id
-        self._metrics = metrics
         self._clock = clock
         self._waker = Waker()
-        self._in_flight_requests: dict[int, int] = {}  # node → produce requests awaiting answers
         # what each outcome the sender reports does to its batch, partition and producer
         self._outcomes = BatchOutcomes(
             accumulator=accumulator, idempotence=idempotence, transactions=transactions,
@@ -116,17 +109,20 @@ class Sender(ProduceExchange):
             on_ack=on_ack, metrics=metrics, refresh_metadata=cluster.request_update,
             on_fatal=self._set_fatal)
         self._in_flight = self._outcomes.in_flight  # the same set, read by the loop
+        # Produce requests out and answers in; it counts each node's requests on the wire
+        exchange = self._exchange = ProduceExchange(
+            cluster=cluster, outcomes=self._outcomes, idempotence=idempotence,
+            transactions=transactions, acks=acks, request_timeout_ms=request_timeout_ms,
+            client_id=client_id, metrics=metrics, clock=clock, wakeup=self._waker.wake)
         self._task: asyncio.Task[None] | None = None
         self._init_task: asyncio.Task[None] | None = None
         self._closing = False  # deliver what is queued, then stop
         # set once: every later send fails with it (a plain attribute: send() reads it per record)
         self.fatal_error: BaseException | None = None
-        self._requests_sent = 0
-        self._batches_sent = 0
         cluster.on_change.append(self.wakeup)
         if metrics is not None:
             metrics.bind_gauge("requests-in-flight",
-                               lambda: sum(self._in_flight_requests.values()))
+                               lambda: sum(exchange.in_flight_requests.values()))
         if idempotence is not None:
             cluster.on_leaders_moved.append(self._on_leaders_moved)
 
@@ -220,6 +216,7 @@ class Sender(ProduceExchange):
                     self._outcomes.next_in_flight_expiry(now))
         nodes: list[int] = []
         on_node_ready = self._on_node_ready
+        in_flight_requests = self._exchange.in_flight_requests
         for node in ready.ready_nodes:
             conn = cluster.ready_connection(node)
             if conn is None:
@@ -229,7 +226,7 @@ class Sender(ProduceExchange):
                 if on_node_ready is not None:
                     on_node_ready(node, int(now * 1000), False)
                 continue  # on_change wakes us when it connects
-            if self._in_flight_requests.get(node, 0) >= self._max_in_flight:
+            if in_flight_requests.get(node, 0) >= self._max_in_flight:
                 if on_node_ready is not None:
                     on_node_ready(node, int(now * 1000), False)
                 continue  # a response wakes us
@@ -251,8 +248,9 @@ class Sender(ProduceExchange):
                                 on_drain=idem.assign_sequence)
         else:
             drained = acc.drain(view, nodes, self._max_request_size, now)
+        send = self._exchange.send
         for node, batches in drained.items():
-            self._send_produce(node, batches, now)
+            send(node, batches, now)
         if idem is not None:
             self._outcomes.fail_doomed()
         if drained:
@@ -329,11 +327,12 @@ class Sender(ProduceExchange):
 
     def statistics(self) -> SenderStatistics:
         idem = self._idem
+        exchange = self._exchange
         return SenderStatistics(
-            in_flight_requests=sum(self._in_flight_requests.values()),
+            in_flight_requests=sum(exchange.in_flight_requests.values()),
             in_flight_batches=len(self._in_flight),
-            requests_sent=self._requests_sent,
-            batches_sent=self._batches_sent,
+            requests_sent=exchange.requests_sent,
+            batches_sent=exchange.batches_sent,
             retries=self._outcomes.retries_done,
             failed_batches=self._outcomes.failed_batches,
             producer_id=idem.producer_id if idem is not None else -1,

@@ -64,7 +64,7 @@ def in_flight_to(producer: Producer, node: int) -> bool:
     public per-node figure exists)."""
     sender = producer._sender
     assert sender is not None
-    return bool(sender._in_flight_requests.get(node))
+    return bool(sender._exchange.in_flight_requests.get(node))
 
 
 def sender_view(producer: Producer, topic: str, node: int) -> str:
@@ -78,7 +78,7 @@ def sender_view(producer: Producer, topic: str, node: int) -> str:
     queued = {p: len(acc.queued_batches(topic, p)) for p in (leaders or {})}
     return (f"leaders={leaders} ready_connection={cluster.ready_connection(node) is not None} "
             f"connection_delay={cluster.connection_delay(node):.2f}s queued={queued} "
-            f"in_flight={dict(sender._in_flight_requests)} {sender.statistics()}")
+            f"in_flight={dict(sender._exchange.in_flight_requests)} {sender.statistics()}")
 
 
 async def test_leader_killed_mid_stream_loses_and_duplicates_nothing(

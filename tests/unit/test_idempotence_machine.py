@@ -284,7 +284,7 @@ class ProducerMachine(RuleBasedStateMachine):
     def _hear(self) -> None:
         req, code, offset = self.answers.popleft()
         batch = req.batch
-        # Sender._handle_partition: a DUPLICATE is a success only for a batch that may have
+        # ProduceExchange._handle_partition: a DUPLICATE is a success only for a batch that may have
         # been written before; otherwise its sequences collide with another batch's
         if code == E.DUPLICATE_SEQUENCE_NUMBER and not self.h.idem.duplicate_is_success(batch):
             _note("DUPLICATE that collides")
