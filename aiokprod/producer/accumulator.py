@@ -533,7 +533,7 @@ class RecordAccumulator:
     def reenqueue(self, batch: ProducerBatch, now: float, *, front: bool = False) -> None:
         """Put a drained batch back for a retry: its partition's drain cursor rewinds to it.
 
-        The batch never left its partition's queue (``PartitionState.batches`` holds every
+        The batch never left its partition's queue (``PartitionProducer.batches`` holds every
         unacknowledged batch in the order it was first drained), so it keeps its place: before
         every batch drained after it and every batch never drained. For an idempotent
         producer that place is its sequence order (docs/idempotence.md step 8b), with no

@@ -105,7 +105,7 @@ class ProducerBatch:
         self.on_wire = False
         self.in_retry = False  # re-enqueued after an error
         # waiting in its partition's queue to be drained: True from creation until drained,
-        # again when put back for a retry (PartitionState.batches and its drain cursor)
+        # again when put back for a retry (PartitionProducer.batches and its drain cursor)
         self.queued = True
         self.producer_id = -1  # idempotence: stamped at drain
         self.producer_epoch = -1

@@ -37,12 +37,9 @@ from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, error_for_code
 from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions
 from aiokprod.producer.producer_id_state import (
-    TRANSITIONS,
     Event,
     ProducerIdHolder,
     ProducerIdState,
-    Transition,
-    next_state,
 )
 from aiokprod.producer.retry_policy import Action, RetryDecision, classify
 from aiokprod.producer.sequences import (
@@ -53,17 +50,7 @@ from aiokprod.producer.sequences import (
     TopicPartitionLike,
 )
 
-__all__ = [
-    "TRANSITIONS",
-    "Action",
-    "Event",
-    "IdempotenceManager",
-    "IdempotenceStatistics",
-    "ProducerIdState",
-    "RetryDecision",
-    "Transition",
-    "next_state",
-]
+__all__ = ["IdempotenceManager", "IdempotenceStatistics"]
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import RecordTooLargeError
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
-from aiokprod.producer.idempotence import Action, IdempotenceManager
-from aiokprod.producer.retry_policy import classify
+from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.retry_policy import Action, classify
 
 if TYPE_CHECKING:
     from aiokprod.producer.transaction_manager import TransactionManager

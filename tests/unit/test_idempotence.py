@@ -18,15 +18,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, KafkaConnectionError, KafkaError
-from aiokprod.producer.idempotence import (
-    TRANSITIONS,
-    Action,
-    Event,
-    IdempotenceManager,
-    ProducerIdState,
-    next_state,
-)
-from aiokprod.producer.retry_policy import classify
+from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.producer_id_state import TRANSITIONS, Event, ProducerIdState, next_state
+from aiokprod.producer.retry_policy import Action, classify
 from aiokprod.producer.sequences import (
     MAX_PRODUCER_EPOCH,
     MAX_SEQUENCE,

@@ -13,7 +13,8 @@ from test_idempotence_reset import broker_forgets_us, retry, send
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import OutOfOrderSequenceNumberError
-from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.retry_policy import Action
 from aiokprod.producer.sequences import LEADER_STATE_IDLE_S
 from support.batch_double import Batch
 

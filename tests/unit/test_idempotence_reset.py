@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 
 from aiokprod._error_codes import ErrorCode
-from aiokprod.producer.idempotence import Action, IdempotenceManager, ProducerIdState
+from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.producer_id_state import ProducerIdState
+from aiokprod.producer.retry_policy import Action
 from support.batch_double import Batch
 
 E = ErrorCode

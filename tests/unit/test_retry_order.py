@@ -16,8 +16,9 @@ from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata
 from aiokprod.producer.accumulator import RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.idempotence import Action, IdempotenceManager
+from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.partition import Partitions
+from aiokprod.producer.retry_policy import Action
 from aiokprod.producer.sequences import MAX_SEQUENCE
 from aiokprod.records import read_batches
 
