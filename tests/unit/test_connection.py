@@ -16,6 +16,7 @@ from aiokprod.errors import (
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.protocol import MetadataRequest, MetadataResponse, ProduceRequest
 from support.scripted_broker import ScriptedBroker, ScriptedRequest
+from support.waits import eventually
 
 
 def metadata_answer(req: ScriptedRequest) -> bytes:
@@ -192,7 +193,8 @@ async def test_cancelled_caller_leaves_connection_usable() -> None:
         conn = await open_conn(broker)
         try:
             task = asyncio.ensure_future(conn.request(MetadataRequest(topics=[])))
-            await asyncio.sleep(0.05)
+            # cancelled once on the wire (ApiVersions, then this Metadata), not before it
+            await eventually(lambda: len(broker.received) >= 2)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
