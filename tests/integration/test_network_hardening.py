@@ -246,7 +246,8 @@ async def test_acks0_against_a_stalled_broker_blocks_at_buffer_memory(
                   f"{rss_growth / 2**20:.2f} MiB, error {error!r}")
             assert isinstance(error, BufferExhaustedError)
             assert sent < 8 << 20, sent  # 1 MiB of pool plus what the kernel buffers hold
-            assert 1.3 < blocked_for < 3.0, blocked_for
+            # max.block.ms (1.5 s, honoured: never less), not request.timeout.ms (30 s)
+            assert 1.3 < blocked_for < 10.0, blocked_for
             assert peak < 12 << 20, peak
     finally:
         await producer.close(timeout=10)
