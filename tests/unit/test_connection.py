@@ -75,7 +75,8 @@ async def test_pipelined_requests_are_matched_in_order() -> None:
         conn = await open_conn(broker)
         try:
             futures = [conn.send(MetadataRequest(topics=[])) for _ in range(5)]
-            await asyncio.sleep(0.05)
+            # the first Metadata reached the broker (ApiVersions, then it) and is held there
+            await eventually(lambda: len(broker.received) >= 2)
             assert conn.in_flight == 5
             gate.set()
             responses = await asyncio.gather(*futures)
