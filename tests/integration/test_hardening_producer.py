@@ -186,8 +186,8 @@ async def test_close_while_a_send_waits_for_metadata_fails_it_with_producer_clos
     await producer.close(timeout=5)
     for s in sends:
         with pytest.raises(ProducerClosedError):
-            await asyncio.wait_for(s, 2)
-    assert time.monotonic() - started < 5
+            await asyncio.wait_for(s, 10)
+    assert time.monotonic() - started < 15  # at once, not at max_block_ms (30 s)
 
 
 async def test_close_with_a_timeout_is_bounded_by_it_against_a_dead_cluster(
@@ -198,7 +198,8 @@ async def test_close_with_a_timeout_is_bounded_by_it_against_a_dead_cluster(
     await producer.start()
     started = time.monotonic()
     await producer.close(timeout=1)
-    assert time.monotonic() - started < 3
+    # its 1 s, not request.timeout.ms (30 s) or delivery.timeout.ms (60 s)
+    assert time.monotonic() - started < 10
 
 
 # -- one event loop ---------------------------------------------------------------------------
@@ -333,7 +334,8 @@ async def test_an_explicit_partition_beyond_the_cached_metadata_waits_max_block_
         with pytest.raises(KafkaTimeoutError, match=r"(?i)partition 5.*max\.block\.ms=1500"):
             await producer.send(topic, b"v", partition=5)
         elapsed = time.monotonic() - started
-        assert 1.3 < elapsed < 4
+        # max_block_ms (1.5 s, honoured: never less), not never
+        assert 1.3 < elapsed < 10
         assert cluster.statistics().metadata_refreshes > refreshes  # it asked again
         with pytest.raises(ValueError):
             await producer.send(topic, b"v", partition=-1)
@@ -369,11 +371,16 @@ async def test_memory_a_send_waited_for_is_not_taken_by_another_batch(
 async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_draw(
     mock_cluster: Any, topic_name: str
 ) -> None:
-    # 6 partitions over brokers 1-3; broker 1 answers after 1.5 s and takes two requests at a
+    # 6 partitions over brokers 1-3; broker 1 answers after 10 s and takes two requests at a
     # time, so it soon has data ready it cannot take. With the availability timeout at 100 ms
     # the unkeyed records go to the other leaders' partitions instead. (Not one request at a
     # time: with max.in.flight=1 a partition with a batch on the wire is muted — not ready at
     # all — so there is nothing "ready but not drained" to time out, as in Java.)
+    # The window is 200 records, not a time: how many fit in a time depends on the machine,
+    # and the share the slow partitions get when the timeout is ignored (queue sizes alone)
+    # falls as their queues grow. Measured over 200 records: 0 of 200 with the timeout
+    # honoured (at most the open sticky batch, ~8 records, could still go there), 31-50 of
+    # 200 with it ignored.
     mock_cluster.create_topic(topic_name, 6)
     for p in range(6):
         mock_cluster.set_partition_leader(topic_name, p, 1 + p % 3)
@@ -382,31 +389,37 @@ async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_dra
                         max_in_flight_requests_per_connection=2,
                         partitioner_availability_timeout_ms=100) as producer:
         await producer.partitions_for(topic_name)
-        mock_cluster.broker_set_rtt(1, 1500)
+        mock_cluster.broker_set_rtt(1, 10_000)
         counts = [0] * 6
         futures = []
         partitioner = producer._partitioner
         started = time.monotonic()
-        deadline = started + 1.0
         marked: int | None = None  # records sent before broker 1 was seen unavailable
-        while time.monotonic() < deadline:
+        marked_at = 0.0
+        while True:
             futures.append(await producer.send(topic_name, b"z" * 200))
-            if marked is None and not partitioner.is_node_available(1):
+            now = time.monotonic()
+            if marked is None:
                 # counted from here: how soon the timeout takes effect depends on the
-                # machine's speed (a fixed cut-off let a loaded machine count records sent
-                # before it), what follows shows whether it is honoured
-                marked = len(futures)
-                deadline = time.monotonic() + 0.7
+                # machine's speed, what follows shows whether it is honoured
+                if not partitioner.is_node_available(1):
+                    marked, marked_at = len(futures), now
+                elif now - started > 10:
+                    break
+            elif len(futures) - marked >= 200 or now - marked_at > 6:
+                # 200 records take ~0.6 s on a quiet machine; broker 1 stays unable to take
+                # data until its first answers come back, 10 s after they were sent
+                break
             await asyncio.sleep(0.002)
         mock_cluster.broker_set_rtt(1, 0)
-        results = await asyncio.wait_for(asyncio.gather(*futures), 20)
-        assert marked is not None, "broker 1 was never marked unavailable within 1 s"
+        results = await asyncio.wait_for(asyncio.gather(*futures), 60)
+        assert marked is not None, "broker 1 was never marked unavailable within 10 s"
         for md in results[marked:]:
             counts[md.partition] += 1
     slow = counts[0] + counts[3]
-    # measured: 1-4% with the timeout honoured, ~11% when it was ignored (queue sizes alone)
     print(f"slow partitions took {slow} of {sum(counts)}: {counts}")
-    assert slow < 0.06 * sum(counts), counts
+    assert sum(counts) >= 150, counts  # (fewer only if 6 s did not fit 150 sends)
+    assert slow <= 12, counts
 
 
 # -- health -------------------------------------------------------------------------------------

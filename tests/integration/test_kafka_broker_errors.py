@@ -23,6 +23,7 @@ from aiokprod import Producer, RecordMetadata
 from aiokprod.errors import RecordTooLargeError
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
+from support.waits import eventually
 
 
 async def test_not_enough_replicas_is_retried_until_the_isr_is_back(
@@ -45,7 +46,11 @@ async def test_not_enough_replicas_is_retried_until_the_isr_is_back(
         await asyncio.to_thread(_wait_isr_without, cluster, topic, down)
         second = [await producer.send(topic, f"{n}".encode(), key=f"key-{n % KEYS}".encode())
                   for n in range(300, 600)]
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(2.0)  # a window in which nothing may succeed
+        # refused and retried (every 50-500 ms) for as long as the ISR is short
+        await eventually(
+            lambda: producer.metrics().get("producer-metrics:record-retry-total", 0.0) > 0,
+            60.0)
         assert not any(f.done() for f in second), "acks=all succeeded with the ISR below 3"
         retried = producer.metrics().get("producer-metrics:record-retry-total", 0.0)
         await asyncio.to_thread(cluster.start_broker, down)

@@ -240,7 +240,8 @@ async def test_authentication_failures_fail_the_send_fast_and_name_the_cause(
         text = str(info.value)
         assert message in text
         assert secure.bootstrap_for(protocol).split(",")[0] in text  # names the broker
-        assert elapsed < 3.0, elapsed  # well under request.timeout.ms (30 s)
+        # a handshake or two, well under max.block.ms (20 s) and request.timeout.ms (30 s)
+        assert elapsed < 10.0, elapsed
         # the same credentials are not retried in a tight loop: reconnect.backoff.ms grows
         await asyncio.sleep(2.0)
         assert producer._cluster is not None
@@ -326,7 +327,7 @@ async def test_a_certificate_for_another_host_is_refused(tls_front: TlsFront) ->
     started = time.monotonic()
     with pytest.raises(AuthenticationError, match="TLS handshake failed.*(mismatch|match)"):
         await BrokerConnection.open("127.0.0.1", tls_front.port, security=options)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # one handshake, not the 10 s set-up timeout
 
 
 async def test_turning_host_name_checks_off_still_verifies_the_chain(

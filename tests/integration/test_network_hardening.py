@@ -135,22 +135,22 @@ async def test_dead_bootstrap_server_does_not_hold_up_the_first_send(
     tansu: TansuBroker, new_topic: Callable[..., str], position: str
 ) -> None:
     """Idempotence on (the default): the producer id and the first ack come from the live
-    server within ~2 s, wherever the refused address is listed (before: every record expired
+    server at once, wherever the refused address is listed (before: every record expired
     at delivery.timeout.ms when it came first, and a whole request.timeout.ms passed when it came
-    second)."""
+    second). Those are 60 s and 30 s here, the bound 5 s."""
     topic = new_topic()
     dead = f"127.0.0.1:{closed_port()}"
     servers = [dead, tansu.bootstrap] if position == "first" else [tansu.bootstrap, dead]
     producer = Producer(bootstrap_servers=",".join(servers), linger_ms=0,
-                        delivery_timeout_ms=10_000, request_timeout_ms=8_000)
+                        delivery_timeout_ms=60_000, request_timeout_ms=30_000)
     await producer.start()
     try:
         start = time.monotonic()
-        meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 15)
+        meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 90)
         elapsed = time.monotonic() - start
         print(f"dead server listed {position}: first ack after {elapsed:.2f} s")
         assert meta.offset == 0
-        assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
+        assert elapsed < 5.0, f"first send acked after {elapsed:.2f} s"
     finally:
         await producer.close(timeout=5)
     assert [r.value for r in read_back(tansu.bootstrap, topic, expected=1)] == [b"first"]
@@ -160,19 +160,19 @@ async def test_silent_bootstrap_server_first_does_not_hold_up_the_first_send(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
     """A server that accepts TCP and never answers, listed first: it costs the dial stagger,
-    not socket.connection.setup.timeout.ms (10 s) nor request.timeout.ms."""
+    not socket.connection.setup.timeout.ms (10 s) nor request.timeout.ms (30 s)."""
     topic = new_topic()
     async with silent_server() as silent:
         producer = Producer(bootstrap_servers=f"127.0.0.1:{silent.port},{tansu.bootstrap}",
-                            linger_ms=0, delivery_timeout_ms=10_000, request_timeout_ms=8_000)
+                            linger_ms=0, delivery_timeout_ms=60_000, request_timeout_ms=30_000)
         await producer.start()
         try:
             start = time.monotonic()
-            meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 15)
+            meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 90)
             elapsed = time.monotonic() - start
             print(f"silent server listed first: first ack after {elapsed:.2f} s")
             assert meta.offset == 0
-            assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
+            assert elapsed < 5.0, f"first send acked after {elapsed:.2f} s"
             assert len(silent.connections) >= 1  # it was tried, and not waited for
         finally:
             await producer.close(timeout=5)
@@ -181,19 +181,20 @@ async def test_silent_bootstrap_server_first_does_not_hold_up_the_first_send(
 async def test_hanging_tcp_connect_first_does_not_hold_up_the_first_send(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
-    """A bootstrap address whose SYNs go unanswered, listed first: the same bound."""
+    """A bootstrap address whose SYNs go unanswered, listed first: the same bound (the dial
+    stagger, not the 10 s set-up timeout)."""
     topic = new_topic()
     with syn_dropping_port() as port:
         producer = Producer(bootstrap_servers=f"127.0.0.1:{port},{tansu.bootstrap}",
-                            linger_ms=0, delivery_timeout_ms=10_000, request_timeout_ms=8_000)
+                            linger_ms=0, delivery_timeout_ms=60_000, request_timeout_ms=30_000)
         await producer.start()
         try:
             start = time.monotonic()
-            meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 15)
+            meta = await asyncio.wait_for(producer.send_and_wait(topic, b"first"), 90)
             elapsed = time.monotonic() - start
             print(f"hanging connect listed first: first ack after {elapsed:.2f} s")
             assert meta.offset == 0
-            assert elapsed < 2.0, f"first send acked after {elapsed:.2f} s"
+            assert elapsed < 5.0, f"first send acked after {elapsed:.2f} s"
         finally:
             await producer.close(timeout=5)
 
@@ -245,7 +246,8 @@ async def test_acks0_against_a_stalled_broker_blocks_at_buffer_memory(
                   f"{rss_growth / 2**20:.2f} MiB, error {error!r}")
             assert isinstance(error, BufferExhaustedError)
             assert sent < 8 << 20, sent  # 1 MiB of pool plus what the kernel buffers hold
-            assert 1.3 < blocked_for < 3.0, blocked_for
+            # max.block.ms (1.5 s, honoured: never less), not request.timeout.ms (30 s)
+            assert 1.3 < blocked_for < 10.0, blocked_for
             assert peak < 12 << 20, peak
     finally:
         await producer.close(timeout=10)
@@ -271,16 +273,16 @@ async def test_missing_topic_is_not_asked_for_after_the_send_failed() -> None:
         return [r for r in broker.received if r.api_key == MetadataRequest.API_KEY]
 
     async with ScriptedBroker(handler=unknown_topic) as broker:
-        producer = Producer(bootstrap_servers=f"127.0.0.1:{broker.port}", max_block_ms=600,
+        producer = Producer(bootstrap_servers=f"127.0.0.1:{broker.port}", max_block_ms=1500,
                             retry_backoff_ms=50, enable_idempotence=False)
         await producer.start()
         try:
             start = time.monotonic()
-            with pytest.raises(KafkaTimeoutError, match="max.block.ms=600"):
+            with pytest.raises(KafkaTimeoutError, match="max.block.ms=1500"):
                 await producer.send("missing", b"v")
-            assert 0.55 < time.monotonic() - start < 2.0
+            assert 1.45 < time.monotonic() - start < 6.0  # max.block.ms=1500, not never
             asked_while_waiting = len(metadata_requests())
-            # ~12 at one per retry.backoff.ms (fewer on a loaded machine), against one
+            # ~30 at one per retry.backoff.ms (fewer on a loaded machine), against one
             # per metadata.max.age.ms for a topic no send waits for
             assert asked_while_waiting >= 3
             await asyncio.sleep(0.5)  # the refresh under way when it failed may still land
@@ -316,14 +318,14 @@ async def test_unused_topic_expires_and_its_state_is_pruned(
         assert producer._estimator.estimation(old, gzip) != 1.0
         start = time.monotonic()
         i = 0
-        while old in cluster.view.topics and time.monotonic() - start < 9:
+        while old in cluster.view.topics and time.monotonic() - start < 15:
             await producer.send_and_wait(busy, b"busy-%d" % i)  # the other topic stays used
             i += 1
             await asyncio.sleep(0.1)
         expired_after = time.monotonic() - start
         print(f"topic expired {expired_after:.2f} s after its last use")
-        assert old not in cluster.view.topics, "not expired after 9 s"
-        assert 4.5 < expired_after < 7.0
+        assert old not in cluster.view.topics, "not expired after 15 s"
+        assert 4.5 < expired_after < 9.0  # 5 s, a timer it honours (never less)
         assert old not in cluster.tracked_topics() and busy in cluster.view.topics
         # the accumulator holds nothing of it: the partition object that stays (one per
         # partition, shared with idempotence) is the written partition's, for its sequence
@@ -357,15 +359,15 @@ async def test_connections_idle_for_connections_max_idle_ms_are_closed(
         await producer.send_and_wait(topic, b"before")
         assert established_to(tansu.port) >= 1
         start = time.monotonic()
-        while established_to(tansu.port) and time.monotonic() - start < 5:  # noqa: ASYNC110
+        while established_to(tansu.port) and time.monotonic() - start < 15:  # noqa: ASYNC110
             await asyncio.sleep(0.05)  # polls /proc: no event to wait for
         closed_after = time.monotonic() - start
         print(f"idle connections closed {closed_after:.2f} s after the last request")
-        assert established_to(tansu.port) == 0, "idle connections still open after 5 s"
-        assert closed_after < 2.5
+        assert established_to(tansu.port) == 0, "idle connections still open after 15 s"
+        assert closed_after < 6.0  # 1 s, not never (the default would be 9 min)
         assert producer._cluster is not None
         assert producer._cluster.statistics().idle_closed >= 1
-        await asyncio.wait_for(producer.send_and_wait(topic, b"after"), 5)
+        await asyncio.wait_for(producer.send_and_wait(topic, b"after"), 30)
     finally:
         await producer.close(timeout=5)
     assert [r.value for r in read_back(tansu.bootstrap, topic, expected=2)] == [b"before",
@@ -409,7 +411,7 @@ async def test_setup_timeout_bounds_a_hanging_tcp_connect() -> None:
             start = time.monotonic()
             with pytest.raises(KafkaTimeoutError, match="socket.connection.setup.timeout.ms"):
                 await producer.send("t", b"v")
-            assert time.monotonic() - start < 2.5
+            assert time.monotonic() - start < 10  # max.block.ms=1500, not the 30 s request timeout
             cluster = producer._cluster
             assert cluster is not None
             failed = cluster.statistics().failed_connects

@@ -14,6 +14,7 @@ import asyncio
 from aiokprod import Producer
 from support.mock_cluster import MockCluster
 from support.reader import read_back
+from support.waits import eventually
 
 PRODUCE = 0
 NOT_LEADER_OR_FOLLOWER = 6
@@ -25,22 +26,27 @@ async def test_a_later_batch_does_not_overtake_one_answered_late_by_the_old_lead
     mock_cluster.set_partition_leader(topic_name, 0, 1)
     async with Producer(bootstrap_servers=mock_cluster.bootstrap, enable_idempotence=False,
                         acks=1, max_in_flight_requests_per_connection=1, linger_ms=0,
-                        retry_backoff_ms=10, request_timeout_ms=5000) as producer:
+                        retry_backoff_ms=10, request_timeout_ms=20_000) as producer:
         await producer.send_and_wait(topic_name, b"warm-up")
         assert producer._cluster is not None
-        mock_cluster.broker_set_rtt(1, 600)
+        assert producer._sender is not None
+        sender, cluster = producer._sender, producer._cluster
+        mock_cluster.broker_set_rtt(1, 5000)
         mock_cluster.push_request_errors(PRODUCE, NOT_LEADER_OR_FOLLOWER)
         first = await producer.send(topic_name, b"first")
-        await asyncio.sleep(0.05)  # on the wire to broker 1, answered in 600 ms
+        # on the wire to broker 1, answered in 5 s
+        await eventually(lambda: sender.statistics().in_flight_batches == 1)
         mock_cluster.set_partition_leader(topic_name, 0, 2)
-        producer._cluster.request_update()
-        for _ in range(100):  # the new leader is known well before the late answer
-            await asyncio.sleep(0.01)
-            meta = producer._cluster.view.topics.get(topic_name)
-            if meta is not None and meta.leader(0) == 2:
-                break
+        cluster.request_update()
+
+        def new_leader_known() -> bool:
+            meta = cluster.view.topics.get(topic_name)
+            return meta is not None and meta.leader(0) == 2
+
+        await eventually(new_leader_known)  # ms, well before the late answer (5 s)
+        assert not first.done()  # else "second" could not overtake it: nothing proved
         second = await producer.send(topic_name, b"second")
-        first_md, second_md = await asyncio.wait_for(asyncio.gather(first, second), 15)
+        first_md, second_md = await asyncio.wait_for(asyncio.gather(first, second), 60)
         mock_cluster.broker_set_rtt(1, 0)
     assert first_md.offset < second_md.offset, (first_md.offset, second_md.offset)
     values = [r.value for r in read_back(mock_cluster.bootstrap, topic_name, expected=3)]

@@ -30,6 +30,7 @@ from aiokprod.errors import (
 from aiokprod.producer.sender_turns import SenderTurns
 from aiokprod.records import RecordBatchBuilder
 from support.reader import read_back
+from support.waits import eventually
 
 Headers = Sequence[tuple[str, bytes | None]] | None
 SendArgs = tuple[str, Any, Any, "int | None", "int | None", Headers]
@@ -184,7 +185,9 @@ async def test_interceptors_are_told_of_failures_send_raises_itself(
     on_acknowledgement holds for every record."""
     topic = new_topic(partitions=1)
     recorder = Recorder()
-    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5, max_block_ms=300,
+    # max.block.ms: the partition-99 sends wait that long; the second must still be waiting
+    # when it is cancelled 50 ms later, on a loaded machine too
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5, max_block_ms=2000,
                         max_request_size=10_000, interceptors=[recorder]) as producer:
         await producer.partitions_for(topic)
         with pytest.raises(RecordTooLargeError) as too_large:
@@ -233,7 +236,7 @@ async def test_a_full_batch_is_sent_without_waiting_for_linger(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
     topic = new_topic(partitions=1)
-    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=3000,
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=30_000,
                         batch_size=1024) as producer:
         warm = await producer.send(topic, b"warm-up")
         await producer.flush()
@@ -243,8 +246,8 @@ async def test_a_full_batch_is_sent_without_waiting_for_linger(
             await asyncio.sleep(0)
         assert not first.done()
         second = await producer.send(topic, b"x" * 450)  # no room for a third: full
-        # generous, yet half of linger_ms: only a woken sender meets it
-        await asyncio.wait_for(second, 1.5)
+        # generous (a woken sender takes ms), yet a third of linger_ms (30 s)
+        await asyncio.wait_for(second, 10)
         assert first.done()
 
 
@@ -389,7 +392,7 @@ async def test_send_many_resolves_to_metadata_in_input_order(
     async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5) as producer:
         many = await producer.send_many(topic, values, keys)
         result = await asyncio.wait_for(many, 10)
-        empty = await asyncio.wait_for(await producer.send_many(topic, []), 1)
+        empty = await asyncio.wait_for(await producer.send_many(topic, []), 10)  # not never
     assert len(empty) == 0 and list(empty) == []
     assert len(result) == 60
     metas = list(result)
@@ -437,7 +440,7 @@ async def test_close_twice_is_harmless_and_send_after_close_fails(tansu: TansuBr
     producer = Producer(bootstrap_servers=tansu.bootstrap)
     await producer.start()
     await producer.close()
-    await asyncio.wait_for(producer.close(), 1)
+    await asyncio.wait_for(producer.close(), 10)  # at once; a hang would be never
     with pytest.raises(ProducerClosedError, match="closed"):
         await producer.send("any", b"x")
 
@@ -470,11 +473,8 @@ async def test_close_leaves_no_task_behind_and_survives_cancellation(
     closing.cancel()  # the caller gives up; the shutdown itself must still finish
     with pytest.raises(asyncio.CancelledError):
         await closing
-    for _ in range(200):
-        if all(f.done() for f in pending) and asyncio.all_tasks() <= before | {
-                asyncio.current_task()}:
-            break
-        await asyncio.sleep(0.02)
+    await eventually(lambda: all(f.done() for f in pending)
+                     and asyncio.all_tasks() <= before | {asyncio.current_task()})
     assert all(f.done() and not f.cancelled() and f.exception() is None for f in pending)
     leftover = asyncio.all_tasks() - before - {asyncio.current_task()}
     assert not leftover, leftover

@@ -47,7 +47,8 @@ async def test_close_with_timeout_returns_against_stalled_broker(
         start = loop.time()
         await producer.close(timeout=1.0)
         elapsed = loop.time() - start
-        assert elapsed < 3.0, elapsed
+        # its 1 s, not request.timeout.ms (30 s) or delivery.timeout.ms (120 s)
+        assert elapsed < 10.0, elapsed
         for fut in pending:
             assert fut.done()
             error = fut.exception()
@@ -257,10 +258,10 @@ async def test_a_later_close_keeps_its_own_timeout_after_a_cancelled_close(
         loop = asyncio.get_running_loop()
         start = loop.time()
         try:
-            await asyncio.wait_for(producer.close(timeout=1), 10)
+            await asyncio.wait_for(producer.close(timeout=1), 40)
         finally:
             elapsed = loop.time() - start
-        assert elapsed < 2.0, elapsed
+        assert elapsed < 10.0, elapsed  # its own 1 s, not the first close's 30 s
         assert all(fut.done() for fut in pending)
         errors = {type(fut.exception()) for fut in pending}
         assert errors == {ProducerClosedError}, errors

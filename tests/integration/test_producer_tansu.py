@@ -169,7 +169,9 @@ async def test_cancelled_send_and_wait_leaves_producer_usable(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
     topic = new_topic()
-    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=200) as producer:
+    # linger 2 s: the record must still be unacknowledged when it is cancelled 50 ms later (a
+    # loaded machine's pauses must not let the ack win)
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=2000) as producer:
         # metadata first: a send cancelled while it waits for metadata queues nothing, and a
         # loaded machine may take longer than the sleep below to fetch it
         await producer.partitions_for(topic)
@@ -178,7 +180,7 @@ async def test_cancelled_send_and_wait_leaves_producer_usable(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        md = await asyncio.wait_for(producer.send_and_wait(topic, b"after"), 10)
+        md = await asyncio.wait_for(producer.send_and_wait(topic, b"after"), 30)
         assert md.offset >= 0
     values = sorted(r.value or b"" for r in read_back(tansu.bootstrap, topic, expected=2))
     assert values == [b"after", b"cancelled-waiter"]

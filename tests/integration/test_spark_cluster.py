@@ -59,11 +59,14 @@ def small_arrow_batches(cluster: SparkSession) -> Iterator[None]:
         yield
 
 
-def test_executors_run_the_shipped_interpreter_and_package(cluster: SparkSession) -> None:
+def test_executors_run_the_shipped_interpreter_and_package(cluster: SparkSession,
+                                                          tmp_path: Path) -> None:
     """Each task runs in a Python worker under an executor JVM that is not the driver's (its
     parent is: local-cluster's Workers live in the driver JVM), started by the ``bin/python``
     of the ``spark.archives`` environment unpacked in the executor's directory, and imports
     ``aiokprod`` from the ``--py-files`` zip, on the pure-Python path."""
+
+    started = str(tmp_path)  # each task marks its worker here, then waits for the other
 
     def probe(_: Any) -> list[tuple[str, bool, str, bool, int, int, str]]:
         # everything it uses is inside: cloudpickle ships this function by value, but would
@@ -77,7 +80,12 @@ def test_executors_run_the_shipped_interpreter_and_package(cluster: SparkSession
         import aiokprod._native
         import aiokprod.spark  # what a write task imports
 
-        time.sleep(1.0)  # both tasks at once: one on each single-core executor
+        # both tasks at once, one on each single-core executor: each holds its executor until
+        # the other has started too (bounded: on one executor the second could never start)
+        Path(started, str(os.getpid())).touch()
+        deadline = time.monotonic() + 60
+        while len(os.listdir(started)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         started_in = os.environ.get(SHIPPED_MARK, "")
         unpacked = bool(started_in) and Path(started_in, "environment", "bin", "python").exists()
         executor_jvm, _ = stat(os.getppid())  # the worker's parent is the daemon

@@ -273,7 +273,7 @@ async def test_a_fenced_producer_leaves_its_transaction_block_with_producer_fenc
                 async with first.transaction():
                     late = await first.send(topic, b"zombie")
             elapsed = loop.time() - started
-            assert elapsed < 3, elapsed
+            assert elapsed < 20, elapsed  # a second or two, not max.block.ms (60 s)
             assert late.done()
             if txn_version == 1:
                 # held back for AddPartitionsToTxn, which found the fence: it fails with it

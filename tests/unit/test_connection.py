@@ -16,6 +16,7 @@ from aiokprod.errors import (
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.protocol import MetadataRequest, MetadataResponse, ProduceRequest
 from support.scripted_broker import ScriptedBroker, ScriptedRequest
+from support.waits import eventually
 
 
 def metadata_answer(req: ScriptedRequest) -> bytes:
@@ -74,7 +75,8 @@ async def test_pipelined_requests_are_matched_in_order() -> None:
         conn = await open_conn(broker)
         try:
             futures = [conn.send(MetadataRequest(topics=[])) for _ in range(5)]
-            await asyncio.sleep(0.05)
+            # the first Metadata reached the broker (ApiVersions, then it) and is held there
+            await eventually(lambda: len(broker.received) >= 2)
             assert conn.in_flight == 5
             gate.set()
             responses = await asyncio.gather(*futures)
@@ -192,7 +194,8 @@ async def test_cancelled_caller_leaves_connection_usable() -> None:
         conn = await open_conn(broker)
         try:
             task = asyncio.ensure_future(conn.request(MetadataRequest(topics=[])))
-            await asyncio.sleep(0.05)
+            # cancelled once on the wire (ApiVersions, then this Metadata), not before it
+            await eventually(lambda: len(broker.received) >= 2)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

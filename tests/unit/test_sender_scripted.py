@@ -27,6 +27,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicPartition
 from aiokprod.protocol import InitProducerIdResponse
 from support.memory_transport import INIT_PRODUCER_ID, PRODUCE, ScriptedNetwork, produce_ok
+from support.waits import eventually
 
 H = "127.0.0.1"
 
@@ -58,10 +59,10 @@ async def test_silent_first_bootstrap_server_does_not_delay_the_producer_id(
     silent = net.node(9000, "silent")
     async with scripted_producer(net, f"{H}:9000,{H}:9001", monkeypatch, linger_ms=0) as p:
         start = time.monotonic()
-        meta = await asyncio.wait_for(p.send_and_wait("t", b"v"), 10)
+        meta = await asyncio.wait_for(p.send_and_wait("t", b"v"), 60)
         elapsed = time.monotonic() - start
         assert meta.offset == 0
-        assert elapsed < 1.5, elapsed  # the dial stagger (250 ms), not a 10 s set-up timeout
+        assert elapsed < 5.0, elapsed  # the dial stagger (250 ms), not a 10 s set-up timeout
         assert net.nodes[(H, 9001)].count(INIT_PRODUCER_ID) == 1
         assert silent.connect_attempts >= 1
 
@@ -82,8 +83,9 @@ async def test_sender_writes_nothing_while_paused_and_resumes_when_woken(
         assert not any(f.done() for f in futures)
         resumed = time.monotonic()
         transport.resume()
-        await asyncio.wait_for(asyncio.gather(*futures), 2)
-        assert time.monotonic() - resumed < 0.5  # woken by on_writable, not by a timer
+        await asyncio.wait_for(asyncio.gather(*futures), 60)
+        # woken by on_writable, not by a timer: the next one due is delivery.timeout.ms (120 s)
+        assert time.monotonic() - resumed < 5.0
         assert node.count(PRODUCE) > produced
 
 
@@ -98,12 +100,13 @@ async def test_acks0_memory_stays_taken_until_the_buffer_drains(
     async with scripted_producer(net, f"{H}:9001", monkeypatch, acks=0, linger_ms=0,
                                  enable_idempotence=False, buffer_memory=64 * 1024,
                                  batch_size=16 * 1024, max_block_ms=300,
-                                 request_timeout_ms=5000) as p:
+                                 request_timeout_ms=30_000) as p:
         await p.send_and_wait("t", b"warm-up")
         node.pause_on_produce = True
         first = await p.send("t", value)
-        await asyncio.sleep(0.05)
-        assert node.count(PRODUCE) == 2  # warm-up, then the request that paused the transport
+        # warm-up, then the request that paused the transport
+        await eventually(lambda: node.count(PRODUCE) >= 2)
+        assert node.count(PRODUCE) == 2
         conn = p._cluster.ready_connection(1) if p._cluster else None
         assert conn is None  # paused: not handed to the sender
         assert not first.done()  # its bytes are still "in the buffer"
@@ -115,13 +118,14 @@ async def test_acks0_memory_stays_taken_until_the_buffer_drains(
                 accepted += 1
         blocked = time.monotonic() - start
         assert accepted < 16, accepted  # 64 KiB of pool, 4 KB records
-        assert 0.28 < blocked < 1.5, blocked
+        # max.block.ms (300 ms), not until request.timeout.ms (30 s) frees the memory
+        assert 0.28 < blocked < 10.0, blocked
         node.pause_on_produce = False
         node.open_transports()[-1].resume()
-        md = await asyncio.wait_for(first, 1)
+        md = await asyncio.wait_for(first, 10)
         assert md.offset == -1  # acks=0: no offset comes back
-        await asyncio.wait_for(p.send("t", value), 1)  # memory was released
-        await asyncio.wait_for(p.flush(), 2)
+        await asyncio.wait_for(p.send("t", value), 10)  # memory was released
+        await asyncio.wait_for(p.flush(), 10)
 
 
 # ---- KIP-1269 on Produce v14 ----------------------------------------------------------------
@@ -175,13 +179,9 @@ async def test_kip1269_window_goes_back_to_five_on_a_new_connection(
         assert _window(p) == 20
         node.produce = _answer_with_window(None)  # the next answer never comes
         node.open_transports()[-1].server_close()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # connection_lost is delivered with call_soon: no race
         held = await p.send("t", b"on the new connection")
-        for _ in range(200):
-            if len(node.open_transports()) == 1 and node.count(PRODUCE) >= 2:
-                break
-            await asyncio.sleep(0.01)
-        assert node.count(PRODUCE) >= 2
+        await eventually(lambda: len(node.open_transports()) == 1 and node.count(PRODUCE) >= 2)
         assert _window(p) == 5  # nothing learned from this connection yet
         held.cancel()
 
@@ -200,10 +200,7 @@ async def test_kip1269_late_answer_from_a_former_leader_does_not_raise_the_windo
         assert _window(p) == 20
         old.produce = _answer_with_window(None)  # hold the next one
         late = await p.send("t", b"answered late")
-        for _ in range(200):
-            if old.count(PRODUCE) >= 2:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: old.count(PRODUCE) >= 2)
         held = [r for r in old.requests if r.api_key == PRODUCE][-1]
         # the partition moves to broker 2 with a new leader epoch (as a KIP-951 hint in
         # another answer says; a Metadata request to broker 1 would queue behind the held
@@ -217,7 +214,7 @@ async def test_kip1269_late_answer_from_a_former_leader_does_not_raise_the_windo
         answer = _answer_with_window(20)(held)
         transport = old.open_transports()[-1]
         asyncio.get_running_loop().call_soon(transport._deliver, held.respond(answer))
-        await asyncio.wait_for(late, 5)
+        await asyncio.wait_for(late, 30)
         assert _window(p) == 5
 
 
@@ -228,7 +225,8 @@ async def test_a_queued_batch_expiring_does_not_unmute_a_partition_with_a_batch_
     request is unanswered, so its partition stays muted until the answer; batch B, queued
     behind A, then expires too. Failing B must not unmute the partition: A is still on the
     wire, and a later batch could overtake it (through another connection after a leader
-    move)."""
+    move). Timeline (s): A sent at 0, B at 0.1, resume at 2.0 (A on the wire, its request open
+    until 6.0), A expires at 4.0, B at 4.1; the check then has until 6.0."""
     net = net_with_topic()
     node = net.nodes[(H, 9001)]
     answered = 0
@@ -242,21 +240,21 @@ async def test_a_queued_batch_expiring_does_not_unmute_a_partition_with_a_batch_
     async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=0, batch_size=1024,
                                  enable_idempotence=False, acks=1,
                                  max_in_flight_requests_per_connection=1,
-                                 request_timeout_ms=1900, delivery_timeout_ms=2000) as p:
+                                 request_timeout_ms=4000, delivery_timeout_ms=4000) as p:
         await p.send_and_wait("t", b"warm-up")
         transport = node.open_transports()[-1]
         transport.pause()  # A and B wait in the accumulator, each its own batch
         a = await p.send("t", b"A" * 700)
         await asyncio.sleep(0.1)
         b = await p.send("t", b"B" * 700)  # its own batch (A's cannot take it)
-        await asyncio.sleep(0.9)
-        transport.resume()  # A goes on the wire (t=1.0) and mutes t-0; B stays queued
+        await asyncio.sleep(1.9)
+        transport.resume()  # A goes on the wire (t=2.0) and mutes t-0; B stays queued
         with pytest.raises(Exception, match="delivery.timeout.ms"):
-            await asyncio.wait_for(a, 3)  # t=2.0: A expires, its request still open
+            await asyncio.wait_for(a, 30)  # t=4.0: A expires, its request still open
         assert p._acc.statistics().muted_partitions == 1
         with pytest.raises(Exception, match="delivery.timeout.ms"):
-            await asyncio.wait_for(b, 3)  # t=2.1: B expires in the queue
-        # A's request is open until request.timeout.ms (t=2.9)
+            await asyncio.wait_for(b, 30)  # t=4.1: B expires in the queue
+        # A's request is open until request.timeout.ms (t=6.0)
         assert p._acc.statistics().muted_partitions == 1, (
             "B's expiry unmuted the partition while A is still on the wire")
 
@@ -288,17 +286,17 @@ async def test_split_parts_go_without_backoff_and_count_in_the_batch_metrics(
 
     node.produce = refuse_the_big_one
     async with scripted_producer(net, f"{H}:9001", monkeypatch, linger_ms=200,
-                                 batch_size=16 * 1024, retry_backoff_ms=3000,
-                                 retry_backoff_max_ms=3000) as p:
+                                 batch_size=16 * 1024, retry_backoff_ms=30_000,
+                                 retry_backoff_max_ms=30_000) as p:
         await p.send_and_wait("t", b"warm-up")
         futures = [await p.send("t", b"r" * 500) for _ in range(8)]  # ~4 KB: one batch
         start = time.monotonic()
-        await asyncio.wait_for(asyncio.gather(*futures), 10)
+        await asyncio.wait_for(asyncio.gather(*futures), 60)
         elapsed = time.monotonic() - start
         metrics = p.metrics()
     assert refused == 1
     assert metrics["producer-metrics:batch-split-total"] == 1
-    assert elapsed < 2.5, elapsed  # linger 0.2 s, not the 3 s retry backoff
+    assert elapsed < 10.0, elapsed  # linger 0.2 s, not the 30 s retry backoff
     # record-size is per batch, its largest record: the warm-up's (7 bytes), the refused
     # batch's and each part's (500). Counting the parts averages at least (7 + 3 * 500) / 4;
     # without them it was (7 + 500) / 2
