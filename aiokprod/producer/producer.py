@@ -170,11 +170,10 @@ class Producer:
         The first ``send`` to a topic waits for its metadata, bounded by ``max_block_ms``.
         """
         if self._started:
-            txn = self._txn
-            if txn is not None and txn.state is TransactionState.UNINITIALIZED and \
-                    not self._closed:
-                # an earlier start() timed out: try again
-                await self._transactional_started().initialize()
+            txn, transactional = self._txn, self._transactional
+            if txn is not None and transactional is not None and \
+                    txn.state is TransactionState.UNINITIALIZED and not self._closed:
+                await transactional.initialize()  # an earlier start() timed out: try again
             return
         if self._closed:
             raise ProducerClosedError("cannot start a closed producer")
@@ -968,18 +967,13 @@ class Producer:
         transactional.check_fatal()
         return transactional
 
-    def _transactional_started(self) -> TransactionalApi:
-        """The ``TransactionalApi`` of a started transactional producer."""
-        transactional = self._transactional
-        assert transactional is not None
-        return transactional
-
     def begin_transaction(self) -> None:
         """Open a transaction: ``send()`` is allowed until ``commit_transaction()`` or
         ``abort_transaction()``. Local only: nothing is sent to a broker."""
         started = time.perf_counter_ns()
         try:
-            self._transactions("begin_transaction()").begin()  # its checks timed too
+            # timed here, not in TransactionalApi: a begin the checks refuse counts too
+            self._transactions("begin_transaction()").begin()
         finally:
             self._time_operation("txn-begin", started)
 
