@@ -17,7 +17,7 @@ from typing import overload
 
 from aiokprod.record_metadata import RecordMetadata
 
-__all__ = ["BulkDelivery", "SendManyResult"]
+__all__ = ["BulkDelivery", "BulkProgress", "SendManyResult"]
 
 
 class SendManyResult(Sequence[RecordMetadata]):
@@ -120,3 +120,13 @@ class BulkDelivery:
         if not self.future.done():
             self.future.set_exception(error)
             self.future.exception()  # retrieved: the caller may legitimately not await it
+
+
+class BulkProgress:
+    """How many records of a bulk call are queued so far: what its error counts as failed
+    before the sender saw them, and what the error message says was still delivered."""
+
+    __slots__ = ("queued",)
+
+    def __init__(self) -> None:
+        self.queued = 0

@@ -9,29 +9,31 @@ straight into the open batch (``ColumnarRows.append_to``). Per row, that is the 
 only; ``send_many`` spends a Python ``bytes`` per key and value, a partitioner call per keyed
 record and a Python loop iteration per record on top. Rows may carry their own timestamps and
 headers, which ``send_many`` cannot.
+
+``Producer.send_columns`` makes the checks and waits every send makes and queues the runs as
+``send_many`` does; this module holds what is particular to rows in buffers: their partition
+runs, and the keys and create times the result reads back from the buffers.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from array import array
 from collections.abc import Callable, Sequence
-from typing import Any, cast, overload
+from typing import overload
 
-from aiokprod.errors import RecordTooLargeError
+from aiokprod.config import ProducerConfig
+from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.bulk import BulkDelivery, SendManyResult
-from aiokprod.producer.send_path import BulkProgress, SendPath
-from aiokprod.producer.validation import validate_topic
+from aiokprod.producer.partitioner import BuiltinPartitioner
 from aiokprod.record_metadata import RecordMetadata
-from aiokprod.records.columnar import BinaryColumn, ColumnarRows, HeaderColumn
+from aiokprod.records.columnar import BinaryColumn, ColumnarRows
 
-__all__ = ["SendColumns"]
+__all__ = ["RECORD_OVERHEAD", "RowKeys", "RowStampedDelivery", "column_runs"]
 
-_RECORD_OVERHEAD = 21  # attributes and varints of one record at their widest
+RECORD_OVERHEAD = 21  # attributes and varints of one record at their widest
 
 
-class _Keys(Sequence[bytes | None]):
+class RowKeys(Sequence[bytes | None]):
     """Row keys for ``SendManyResult``'s sizes, read from the buffers when asked."""
 
     __slots__ = ("_rows",)
@@ -78,7 +80,7 @@ class _RowStampedResult(SendManyResult):
         return metadata
 
 
-class _RowStampedDelivery(BulkDelivery):
+class RowStampedDelivery(BulkDelivery):
     """``BulkDelivery`` completing with ``_RowStampedResult`` (its ``timestamp`` is -1)."""
 
     __slots__ = ()
@@ -91,90 +93,26 @@ class _RowStampedDelivery(BulkDelivery):
             self.future.set_result(_RowStampedResult(self))
 
 
-class SendColumns(SendPath):
-    """``Producer.send_columns``, a mixin ``Producer`` inherits (as it does ``SendMany``)."""
-
-    async def send_columns(
-        self,
-        topic: str,
-        length: int,
-        values: BinaryColumn,
-        keys: BinaryColumn | None = None,
-        *,
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
-        timestamps_ms: tuple[Any, int] | None = None,
-        headers: HeaderColumn | None = None,
-    ) -> asyncio.Future[SendManyResult]:
-        """``send_many`` for ``length`` records held in Arrow-layout buffers, without a Python
-        object per record (``BinaryColumn.from_arrow`` / ``HeaderColumn.from_arrow`` build the
-        arguments from pyarrow arrays; see ``aiokprod.records.columnar``).
-
-        Same semantics as ``send_many``: one future resolving to a ``SendManyResult`` in input
-        order, failing with the first error; keyed rows go to murmur2(key) % partitions (a
-        custom ``partitioner`` is asked per row), unkeyed ones (and null keys) by the sticky
-        partitioner; waits for metadata or memory only, each within ``max_block_ms``.
-        Serializers and interceptors do not apply (the buffers are the serialized bytes).
-        Beyond ``send_many``, rows may have their own create times (``timestamps_ms``: an int64
-        buffer of epoch milliseconds and the first row's index in it) and headers
-        (``headers``).
-        """
-        acc, _sender = self._sending_parts()
-        cluster, config = self._cluster, self._config
-        assert cluster is not None
-        if topic not in cluster.view.topics:
-            validate_topic(topic)
-        if self._interceptors:
-            raise ValueError("send_columns() does not run interceptors; use send() per record "
-                             "with interceptors configured")
-        if timestamp_ms is not None and timestamps_ms is not None:
-            raise ValueError("give timestamp_ms (every row) or timestamps_ms (one per row), "
-                             "not both")
-        if length < 0:
-            raise ValueError(f"length {length} < 0")
-        stamp = self._checked_timestamp(timestamp_ms)
-        rows = ColumnarRows(length, values, keys, timestamps_ms, headers, stamp)
-        if length and rows.max_row_bytes() + _RECORD_OVERHEAD > self._max_record:
-            raise RecordTooLargeError(
-                f"send_columns: a record is {rows.max_row_bytes() + _RECORD_OVERHEAD} bytes when "
-                f"serialized, larger than {self._max_record}, the smaller of "
-                f"max.request.size and buffer.memory")
-        future: asyncio.Future[SendManyResult] = asyncio.get_running_loop().create_future()
-        key_view = None if keys is None else _Keys(rows)
-        delivery = BulkDelivery if timestamps_ms is None else _RowStampedDelivery
-        if length == 0:
-            future.set_result(SendManyResult(delivery(future, topic, rows, key_view, stamp, None)))
-            return future
-        start = time.monotonic()
-        meta = cluster.view.topics.get(topic)
-        if meta is None or not meta.partition_ids:
-            meta = await self._wait_for_topic(topic)
-        runs: list[tuple[int | None, int, int]]
-        if partition is not None:
-            if partition not in meta.partitions:
-                meta = await self._wait_for_partition(topic, partition, start)
-            runs = [(partition, 0, length)]
-        elif keys is None or (config.partitioner_ignore_keys and config.partitioner is None):
-            runs = [(None, 0, length)]
-        elif config.partitioner is None:
-            # null keys go where the sticky partitioner says now, in input order among the keyed
-            # rows of that partition (send_many's order)
-            sticky = -1
-            if keys.validity is not None:
-                sticky = self._partitioner.partition(topic, None, None, meta.partition_ids,
-                                                     meta.available_partitions)
-            runs = _runs(rows.group(len(meta.partition_ids), sticky))
-        else:  # a custom partitioner: asked per row, as send_many does
-            runs = _custom_runs(self._partitioner.partition, topic, rows, meta.partition_ids,
-                                meta.available_partitions)
-        bulk = delivery(future, topic, rows, key_view, -1 if timestamps_ms is not None else stamp,
-                        # position → row; an int64 array reads like the list send_many keeps
-                        None if rows.order is None else cast("list[int]", rows.order))
-        await self._append_runs(
-            "send_columns", topic, meta, runs, bulk, rows, None, None, stamp,
-            lambda i: acc.bulk_allocation_size(None, bytes(rows.record_size(i)), None),
-            lambda i: rows.timestamp_of(rows.row(i)), start, BulkProgress())
-        return future
+def column_runs(topic: str, rows: ColumnarRows, keys: BinaryColumn | None,
+                meta: TopicMetadata, config: ProducerConfig,
+                partitioner: BuiltinPartitioner) -> list[tuple[int | None, int, int]]:
+    """The runs of rows per partition for a ``send_columns`` call that names no partition:
+    keyed rows by murmur2 (one C pass) or by a custom partitioner asked per row, unkeyed ones
+    (and null keys) by the sticky partitioner."""
+    length = len(rows)
+    if keys is None or (config.partitioner_ignore_keys and config.partitioner is None):
+        return [(None, 0, length)]
+    if config.partitioner is None:
+        # null keys go where the sticky partitioner says now, in input order among the keyed
+        # rows of that partition (send_many's order)
+        sticky = -1
+        if keys.validity is not None:
+            sticky = partitioner.partition(topic, None, None, meta.partition_ids,
+                                           meta.available_partitions)
+        return _runs(rows.group(len(meta.partition_ids), sticky))
+    # a custom partitioner: asked per row, as send_many does
+    return _custom_runs(partitioner.partition, topic, rows, meta.partition_ids,
+                        meta.available_partitions)
 
 
 def _runs(counts: list[int]) -> list[tuple[int | None, int, int]]:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import re
 
 from aiokprod.errors import IllegalTopicNameError
+from aiokprod.hooks import Headers
 
-__all__ = ["MAX_TIMESTAMP_MS", "MAX_TOPIC_NAME_LENGTH", "check_header_key",
-           "check_timestamp_ms", "validate_topic"]
+__all__ = ["BYTES_LIKE", "MAX_TIMESTAMP_MS", "MAX_TOPIC_NAME_LENGTH", "check_header_key",
+           "check_headers", "check_timestamp_ms", "validate_topic"]
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit (a partition directory name must fit 255 bytes)
 MAX_TIMESTAMP_MS = 2**63 - 1  # the record batch's timestamp fields are int64
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+BYTES_LIKE = (bytes, bytearray, memoryview)  # what a key, value or header value may be
 
 
 def validate_topic(topic: object) -> str:
@@ -53,3 +55,20 @@ def check_header_key(key: str) -> None:
         key.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"header key {key!r} cannot be encoded as UTF-8: {exc.reason}") from None
+
+
+def check_headers(headers: Headers) -> list[tuple[str, bytes | None]]:
+    """``headers`` as a list of (str, bytes | None) pairs, or an error naming the bad one."""
+    checked: list[tuple[str, bytes | None]] = []
+    for item in headers:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise TypeError(f"headers must be (str, bytes | None) pairs, got {item!r}")
+        hkey, hvalue = item
+        if not isinstance(hkey, str):
+            raise TypeError(f"header key must be str, got {type(hkey).__name__}: {hkey!r}")
+        check_header_key(hkey)
+        if hvalue is not None and not isinstance(hvalue, BYTES_LIKE):
+            raise TypeError(f"header {hkey!r} value must be bytes or None, "
+                            f"got {type(hvalue).__name__}")
+        checked.append((hkey, None if hvalue is None else bytes(hvalue)))
+    return checked
