@@ -24,10 +24,17 @@ async def test_a_later_batch_does_not_overtake_one_answered_late_by_the_old_lead
         mock_cluster: MockCluster, topic_name: str) -> None:
     mock_cluster.create_topic(topic_name, 1)
     mock_cluster.set_partition_leader(topic_name, 0, 1)
+    # a topic led by broker 2, so that the producer holds a connection to it: the metadata
+    # refresh below then goes to the least loaded broker, 2, not to broker 1, whose answers
+    # (that one's too) take 5 s
+    elsewhere = f"{topic_name}-2"
+    mock_cluster.create_topic(elsewhere, 1)
+    mock_cluster.set_partition_leader(elsewhere, 0, 2)
     async with Producer(bootstrap_servers=mock_cluster.bootstrap, enable_idempotence=False,
                         acks=1, max_in_flight_requests_per_connection=1, linger_ms=0,
                         retry_backoff_ms=10, request_timeout_ms=20_000) as producer:
         await producer.send_and_wait(topic_name, b"warm-up")
+        await producer.send_and_wait(elsewhere, b"warm-up")
         assert producer._cluster is not None
         assert producer._sender is not None
         sender, cluster = producer._sender, producer._cluster
