@@ -27,7 +27,8 @@ from aiokprod.network.metadata import ClusterView
 from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
 from aiokprod.producer.batch import append_open as _append_open
 from aiokprod.producer.batch_split import split_refused
-from aiokprod.producer.partition import PartitionProducer, Partitions
+from aiokprod.producer.partition import GIVE_UP_FIRST, PartitionProducer, Partitions
+from aiokprod.producer.send_rules import SendRules
 from aiokprod.records import (
     CompressionRatioEstimator,
     CompressionType,
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from aiokprod.producer.bulk import BulkDelivery
 
 __all__ = ["AccumulatorStatistics", "ReadyCheck", "RecordAccumulator", "estimate_record_size"]
+
+# The rules of a producer that is neither idempotent nor transactional: they ask nothing.
+NO_RULES = SendRules()
 
 log = logging.getLogger(__name__)
 
@@ -461,15 +465,18 @@ class RecordAccumulator:
         nodes: Iterable[int],
         max_request_size: int,
         now: float,
-        can_send: Callable[[ProducerBatch], bool] = lambda b: True,
-        on_drain: Callable[[ProducerBatch], None] = lambda b: None,
+        rules: SendRules = NO_RULES,
     ) -> dict[int, list[ProducerBatch]]:
         """At most one request's worth of batches per node, rotating the starting partition.
 
-        ``can_send`` lets idempotence hold a partition back (docs/idempotence.md step 2);
-        ``on_drain`` assigns sequences before the batch is sealed (steps 3-5).
+        Each partition's head goes if its verdict says so (``PartitionProducer.verdict``, the
+        one place that decides); ``rules`` runs the steps around the question (idempotence,
+        the transaction: ``SendRules``). The caller runs ``rules.before_drain`` before and
+        ``rules.after_drain`` after.
         """
         by_node = self._partitions_by_node(view)
+        guarantee_order = self.guarantee_order
+        facts = rules.facts
         result: dict[int, list[ProducerBatch]] = {}
         for node in nodes:
             queues = by_node.get(node)
@@ -484,22 +491,21 @@ class RecordAccumulator:
                 first = queue.head()
                 if first is None:
                     continue
-                if first.attempts > 0 and now < first.retry_at and \
-                        not leader_epoch > first.leader_epoch:
-                    continue  # backing off, unless its partition has a new leader since
-                batch_size = first.size_in_bytes
-                if taken and size + batch_size > max_request_size:
+                verdict = queue.verdict(first, now, leader_epoch, guarantee_order, facts)
+                if verdict == GIVE_UP_FIRST:
+                    rules.give_up_unrenumberable(queue)
+                    verdict = queue.verdict(first, now, leader_epoch, guarantee_order, facts)
+                if verdict:
+                    rules.held(queue, verdict)
+                    continue
+                if taken and size + first.size_in_bytes > max_request_size:
                     # D1: stop here; the rest goes in the next request
                     self._node_rotation[node] = (start + i) % n
                     break
-                if queue.wire_requests and self.guarantee_order:
-                    continue  # muted (D5)
-                if not can_send(first):
-                    continue
                 queue.drain_index += 1  # it stays in the queue until answered
                 first.queued = False
                 self._queued_records -= first.record_count
-                on_drain(first)
+                rules.taken(queue, first)
                 first.seal()
                 first.drained_at = now
                 first.leader_epoch = leader_epoch

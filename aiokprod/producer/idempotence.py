@@ -12,8 +12,8 @@ batches given up on.
 Epoch bumps. An idempotent (non-transactional) producer may bump its epoch *itself*: it
 maintains its own epoch, and the broker accepts a higher epoch whose first sequence is 0
 (docs/idempotence.md B3); the Java client does the same. A bump
-requested while handling responses is applied once, before the next drain (``maintain``, which
-``can_send`` runs first), so several partitions failing in one response cost one epoch. With
+requested while handling responses is applied once, before the next drain (``maintain``, run
+by ``SendRules.before_drain``), so several partitions failing in one response cost one epoch. With
 ``bump_via_init_producer_id=True`` the bump instead asks the broker (InitProducerId with the
 current id and epoch, KIP-360), which a transactional producer needs; a broker without KIP-360
 (``on_bump_unsupported``) and an exhausted epoch (32767) both get a fresh producer id instead.
@@ -30,12 +30,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import cast
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, error_for_code
-from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions
+from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions, SendFacts
 from aiokprod.producer.producer_id_state import (
     Event,
     ProducerIdHolder,
@@ -91,8 +90,10 @@ class IdempotenceManager:
     the per-partition facts are the partitions' own (``PartitionProducer``).
 
     The sender calls, in its loop: ``needs_producer_id``/``init_producer_id_params``/
-    ``on_producer_id`` around InitProducerId; ``can_send`` then ``assign_sequence`` for each
-    batch it drains; ``on_success``/``on_error``/``on_split`` for each answer;
+    ``on_producer_id`` around InitProducerId; through its ``SendRules``, ``maintain`` and
+    ``fill`` before each drain (each partition's verdict then decides, ``PartitionProducer``),
+    ``give_up_unrenumberable`` before a retry is asked, ``assign_sequence`` for each batch it
+    drains; ``on_success``/``on_error``/``on_split`` for each answer;
     ``on_delivery_timeout`` for each expired batch; ``on_leader_change`` and
     ``on_response_batches_to_retain`` for KIP-1269. Times are the injected clock's (seconds).
     """
@@ -158,7 +159,7 @@ class IdempotenceManager:
         return self._ids.fatal_error
 
     def fail_fatally(self, error: BaseException) -> None:
-        """Stop for good: every later ``can_send`` is False. The first cause is kept."""
+        """Stop for good: every later verdict holds (HOLD_PRODUCER_ID). The first cause is kept."""
         self._ids.fail_fatally(error)
 
     @property
@@ -252,7 +253,7 @@ class IdempotenceManager:
 
     def maintain(self, now: float | None = None) -> None:
         """Start of a send cycle: step 1 for every unresolved partition, then a pending local
-        bump. ``can_send`` runs it, so calling it is optional; it is cheap and idempotent."""
+        bump. ``SendRules.before_drain`` runs it once per drain; it is cheap and idempotent."""
         for key in list(self._with_unresolved):
             self.check_unresolved(self._partitions.get(*key))
         self._ids.bump_locally(now)
@@ -272,32 +273,21 @@ class IdempotenceManager:
 
     # ---- sending (steps 2-5) ------------------------------------------------------------
 
-    def can_send(self, target: SequencedBatch | TopicPartitionLike,
-                 now: float | None = None) -> bool:
-        """May the sender drain ``target`` now (docs/idempotence.md step 2; KIP-1269)?
+    def fill(self, facts: SendFacts) -> None:
+        """What a partition's verdict reads of the producer id (``PartitionProducer.verdict``),
+        once per drain, after ``maintain``."""
+        ids = self._ids
+        facts.idempotent = True
+        facts.ids_ready = ids.state is ProducerIdState.READY
+        facts.producer_id = ids.producer_id
+        facts.producer_epoch = ids.producer_epoch
+        facts.generation = ids.generation
+        facts.doomed = self._doomed
 
-        ``target`` is the batch at the head of a partition's queue, or a partition (then the
-        question is about a new batch). Runs ``maintain`` first.
-        """
-        self.maintain(now)
-        if self._ids.state is not ProducerIdState.READY:
-            return False
-        if now is None:
-            now = self._clock()
-        p = self.partition_state(target)
-        if getattr(target, "base_sequence", -1) >= 0:  # a retry: it already has a sequence
-            batch = cast(SequencedBatch, target)
-            if batch in self._doomed:
-                return False  # failing: the sender takes it out after this drain
-            self._doom_unrenumberable(p)
-            if batch in self._doomed:
-                return False
-            return p.retry_allowed(p.held_entry(batch))
-        return p.new_batch_allowed(now, self._is_stale(p))
-
-    def _doom_unrenumberable(self, p: PartitionProducer) -> None:
-        """Before a partition renumbers its held batches (step 3), a batch that may already be
-        written under its current numbering must not be renumbered: under a new producer id or
+    def give_up_unrenumberable(self, p: PartitionProducer) -> None:
+        """When a partition's verdict on the retry at its head is GIVE_UP_FIRST, before it
+        renumbers its held batches (step 3): a batch that may already be written under its
+        current numbering must not be renumbered: under a new producer id or
         epoch the broker cannot recognise it, and would write it a second time. It fails
         instead, and so does every held batch before it: had it been written, they could only
         be written after it, out of order (docs/idempotence.md, "A partition's first
@@ -318,7 +308,7 @@ class IdempotenceManager:
         self._unwritable_total += len(doomed)
 
     def assign_sequence(self, batch: SequencedBatch) -> None:
-        """Steps 3-5, for a batch ``can_send`` allowed, right before it is sent.
+        """Steps 3-5, for a batch its partition's verdict let go, right before it is sent.
 
         A new batch gets the partition's next sequence and the current id and epoch; a retried
         batch keeps its sequence, unless the partition restarts now (then every held batch is
@@ -337,9 +327,11 @@ class IdempotenceManager:
             self._maybe_restart(p)
             p.mark_on_wire(entry, True)
             return
-        if not p.new_batch_allowed(self._clock(), self._is_stale(p)):
+        now = self._clock()
+        if not p.new_batch_allowed(now, self._is_stale(p)):
             raise IllegalStateError(f"{p.topic}-{p.partition}: a new batch may not be sent now "
-                                    f"(step 2); ask can_send first")
+                                    f"(step 2); ask its partition's verdict first")
+        p.forget_leader_state_if_idle(now)
         self._maybe_restart(p)
         p.number(batch, ids.producer_id, ids.producer_epoch)
 

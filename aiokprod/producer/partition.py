@@ -20,7 +20,7 @@ watch); the idempotence manager applies it, keeping only what spans partitions.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -44,8 +44,10 @@ from aiokprod.producer.sequences import (
 if TYPE_CHECKING:
     from aiokprod.producer.batch import ProducerBatch
 
-__all__ = ["TXN_ADDED", "TXN_ADDING", "TXN_NONE", "TXN_PENDING", "Outcome", "PartitionProducer",
-           "Partitions"]
+__all__ = ["GIVE_UP_FIRST", "HOLD_BACKOFF", "HOLD_DOOMED", "HOLD_MUTED", "HOLD_PRODUCER_ID",
+           "HOLD_SEQUENCE", "HOLD_TXN_CLOSED", "HOLD_TXN_JOIN", "HOLD_TXN_NEEDS_BUMP", "SEND",
+           "TXN_ADDED", "TXN_ADDING", "TXN_NONE", "TXN_PENDING", "Outcome", "PartitionProducer",
+           "Partitions", "SendFacts"]
 
 # How far a partition got into the open transaction (``PartitionProducer.txn_stage``)
 TXN_NONE = 0  # not part of it
@@ -54,6 +56,48 @@ TXN_ADDING = 2  # in the AddPartitionsToTxn on the wire
 TXN_ADDED = 3  # accepted by the coordinator (or added implicitly, KIP-890): its batches may go
 
 Doomed = list[tuple[InFlightEntry, BaseException]]
+
+# What ``PartitionProducer.verdict`` says of a partition's head batch: it goes (0), or why it
+# waits. Only three holds ask something of the producer after the drain (``SendRules``):
+# HOLD_TXN_JOIN (AddPartitionsToTxn), HOLD_TXN_NEEDS_BUMP (the transaction must abort) and
+# HOLD_DOOMED (the sender fails the batch); the others pass on their own.
+SEND = 0
+HOLD_BACKOFF = 1  # a retry backing off (KIP-580), its leader unchanged since it failed
+HOLD_MUTED = 2  # max.in.flight 1: a batch of the partition is on the wire (docs/batching.md D5)
+HOLD_TXN_CLOSED = 3  # no transaction open for batches (not begun, ending, failed)
+HOLD_TXN_NEEDS_BUMP = 4  # idempotence needs a new epoch mid-transaction: only an abort gives one
+HOLD_TXN_JOIN = 5  # not yet part of the transaction (AddPartitionsToTxn pending or on the wire)
+HOLD_PRODUCER_ID = 6  # no producer id to number it with (yet, or any more)
+HOLD_DOOMED = 7  # idempotence gave the batch up (F2, F3): failed after the drain
+HOLD_SEQUENCE = 8  # the idempotence rules: unresolved, first batches, retries, old epoch, window
+# Not a verdict on the batch yet: held batches of the partition may not be renumbered and must
+# be given up first (F3, ``SendRules.give_up_unrenumberable``); then ask again.
+GIVE_UP_FIRST = 9
+
+
+class SendFacts:
+    """What a partition's verdict reads besides its own state: the producer id and the
+    transaction, the same for every partition of one drain. ``SendRules`` owns one and
+    refreshes it before each drain; a producer that is neither idempotent nor transactional
+    leaves it as it starts, asking nothing of either."""
+
+    __slots__ = ("doomed", "generation", "idempotent", "ids_ready", "producer_epoch",
+                 "producer_id", "transactional", "txn_needs_bump", "txn_number", "txn_open",
+                 "txn_version")
+
+    def __init__(self) -> None:
+        self.idempotent = False
+        self.ids_ready = False
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.generation = 0
+        # the held batches idempotence gave up on, until the sender fails them
+        self.doomed: Mapping[SequencedBatch, BaseException] = {}
+        self.transactional = False
+        self.txn_open = False
+        self.txn_needs_bump = False
+        self.txn_version = 0
+        self.txn_number = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,21 +418,70 @@ class PartitionProducer:
 
     # ---- the sending rules of one partition (docs/idempotence.md steps 2, 8b; F1) -----------
 
+    def verdict(self, batch: ProducerBatch, now: float, leader_epoch: int,
+                guarantee_order: bool, facts: SendFacts) -> int:
+        """May ``batch``, this partition's head, go now? SEND, or the HOLD_* saying why not.
+
+        The one place that decides: the retry backoff, muting, the transaction's stage, the
+        producer id, the batches given up on, the idempotence rules (steps 2a-2c, F1, KIP-1269)
+        and a retry's turn (2c), in that order. Asking changes nothing: what a hold asks of
+        the producer is done after the drain (``SendRules.after_drain``), what sending changes
+        when the batch is taken (``SendRules.taken``), and held batches that must be given up
+        before a retry can be judged are given up between two askings (GIVE_UP_FIRST).
+        ``leader_epoch``: its leader's now.
+        """
+        if batch.attempts > 0 and now < batch.retry_at and not leader_epoch > batch.leader_epoch:
+            return HOLD_BACKOFF  # unless its partition has a new leader since the error
+        if self.wire_requests and guarantee_order:
+            return HOLD_MUTED
+        if facts.transactional:
+            if not facts.txn_open:
+                return HOLD_TXN_CLOSED
+            if facts.txn_needs_bump:
+                return HOLD_TXN_NEEDS_BUMP
+            if facts.txn_version < 2 and (self.txn_number != facts.txn_number
+                                          or self.txn_stage != TXN_ADDED):
+                return HOLD_TXN_JOIN  # KIP-890 (version 2): the leader adds it itself
+        if facts.idempotent:
+            return self.sequence_verdict(batch, now, facts)
+        return SEND
+
+    def sequence_verdict(self, batch: SequencedBatch | None, now: float,
+                         facts: SendFacts) -> int:
+        """The idempotence part of ``verdict`` (docs/idempotence.md step 2): for ``batch``,
+        a batch at the head, or for a new batch not made yet (``None``)."""
+        if not facts.ids_ready:
+            return HOLD_PRODUCER_ID
+        stale = self.is_stale(facts.producer_id, facts.producer_epoch, facts.generation)
+        if batch is not None and batch.base_sequence >= 0:  # a retry: it keeps its sequence
+            if batch in facts.doomed:
+                return HOLD_DOOMED
+            if self.reset_requested and self.unrenumberable(stale):
+                return GIVE_UP_FIRST
+            return SEND if self.retry_allowed(self.held_entry(batch)) else HOLD_SEQUENCE
+        return SEND if self.new_batch_allowed(now, stale) else HOLD_SEQUENCE
+
     def new_batch_allowed(self, now: float, stale: bool) -> bool:
         """May a new batch be numbered and sent now (steps 2a-2c, F1, KIP-1269)? ``stale``:
         the producer id or epoch changed since this partition's numbering."""
         if self.unresolved:
             return False  # step 2a
-        if self.in_flight:
-            if not self.leader_holds_state:
-                return False  # F1: a partition's first batches, one at a time until acknowledged
-        elif self.leader_holds_state and now - self.last_acked_at >= LEADER_STATE_IDLE_S:
-            self.leader_holds_state = False  # F1: idle; the leader may have forgotten us since
+        if self.in_flight and not self.leader_holds_state:
+            return False  # F1: a partition's first batches, one at a time until acknowledged
         if self.retrying:
             return False  # step 2c: retries go first, one at a time
         if stale and self.in_flight:
             return False  # step 2b: old-epoch batches still in flight
         return len(self.in_flight) < self.in_flight_limit  # KIP-1269
+
+    def forget_leader_state_if_idle(self, now: float) -> None:
+        """F1, when a new batch is numbered: after LEADER_STATE_IDLE_S with nothing held, the
+        leader may have forgotten our producer state, so this batch goes alone until
+        acknowledged. Part of taking the batch, not of asking (``verdict``): with nothing held
+        the answer is the same either way."""
+        if not self.in_flight and self.leader_holds_state and \
+                now - self.last_acked_at >= LEADER_STATE_IDLE_S:
+            self.leader_holds_state = False
 
     def retry_allowed(self, entry: InFlightEntry) -> bool:
         # step 2c: while retrying, one batch in flight, and only the first in sequence

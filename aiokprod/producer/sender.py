@@ -31,6 +31,7 @@ from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.outcomes import BatchOutcomes
 from aiokprod.producer.produce_exchange import ProduceExchange
 from aiokprod.producer.producer_id import ProducerIdRequester, init_on_any_broker
+from aiokprod.producer.send_rules import SendRules
 from aiokprod.producer.waker import Waker
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class Sender:
         self._on_node_ready = on_node_ready
         self._acc = accumulator
         self._idem = idempotence
+        # the steps around each partition's verdict in a drain (idempotence, the transaction)
+        self._rules = SendRules(idempotence, transactions)
         self._max_in_flight = max_in_flight
         # one request per connection promises order even without idempotence (docs/batching.md)
         accumulator.guarantee_order = max_in_flight == 1
@@ -235,19 +238,10 @@ class Sender:
             nodes.append(node)
         if not nodes:
             return delay
-        txn = self._txn
-        if txn is not None and idem is not None:
-            drained = acc.drain(view, nodes, self._max_request_size, now,
-                                can_send=lambda b: txn.can_send(b.topic, b.partition)
-                                and idem.can_send(b, now),
-                                on_drain=self._on_drain_transactional)
-            txn.after_drain()  # one AddPartitionsToTxn for what this drain found new
-        elif idem is not None:
-            drained = acc.drain(view, nodes, self._max_request_size, now,
-                                can_send=lambda b: idem.can_send(b, now),
-                                on_drain=idem.assign_sequence)
-        else:
-            drained = acc.drain(view, nodes, self._max_request_size, now)
+        rules = self._rules
+        rules.before_drain(now)
+        drained = acc.drain(view, nodes, self._max_request_size, now, rules)
+        rules.after_drain()  # what the holds ask: AddPartitionsToTxn, an abortable transaction
         send = self._exchange.send
         for node, batches in drained.items():
             send(node, batches, now)
@@ -259,14 +253,6 @@ class Sender:
             # we sleep instead: a response, a new batch or a new connection wakes us.
             return 0.0
         return delay
-
-    def _on_drain_transactional(self, batch: ProducerBatch) -> None:
-        """A drained batch of a transaction: its header says so (the transactional attribute
-        bit, which lets the markers hide it from read_committed consumers) and it gets its
-        sequence."""
-        batch.transactional = True
-        assert self._idem is not None
-        self._idem.assign_sequence(batch)
 
     # ---- producer id (idempotence) ---------------------------------------------------------
 

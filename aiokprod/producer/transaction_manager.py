@@ -4,8 +4,10 @@
 talks to the brokers: FindCoordinator (key type 1 for the transaction coordinator, 0 for a
 consumer group's), InitProducerId with the transactional id, AddPartitionsToTxn before a
 partition's first batch, AddOffsetsToTxn + TxnOffsetCommit, and EndTxn. The producer calls it
-from ``start()``/``commit_transaction()``/``abort_transaction()``; the sender calls
-``can_send`` while draining and ``after_drain`` once per wake-up. AddOffsetsToTxn,
+from ``start()``/``commit_transaction()``/``abort_transaction()``; through the sender's
+``SendRules`` it tells each drain what a partition's verdict needs to know of the transaction
+(``fill``), hears of each batch taken (``taken``) and, after the drain, of the holds that ask
+something of it (``after_drain``). AddOffsetsToTxn,
 TxnOffsetCommit and EndTxn are built and sent by ``transaction_end.py``'s functions (a
 prepared transaction's owner-less end sends them too); what their answers do to the
 transaction -- abortable, fatal, ended, the epoch bump an abort may need -- is decided here,
@@ -37,6 +39,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.producer.coordinator import CoordinatorClient, top_level_code
 from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.partition import PartitionProducer, SendFacts
 from aiokprod.producer.prepared import PreparedTransaction
 from aiokprod.producer.producer_id import (
     FATAL_INIT_CODES,
@@ -203,24 +206,39 @@ class TransactionManager:
 
     # ---- the sender's hooks -----------------------------------------------------------------
 
-    def can_send(self, topic: str, partition: int) -> bool:
-        """Drain hook: a partition's batches go only once it is part of the transaction."""
+    def fill(self, facts: SendFacts) -> None:
+        """What a partition's verdict reads of the transaction (``PartitionProducer.verdict``),
+        once per drain: batches go only while a transaction is open, and (version 1) once
+        their partition is part of it."""
         state = self._state
-        if state is not TransactionState.IN_TRANSACTION and \
-                state is not TransactionState.COMMITTING:
-            return False
-        if self._idem.state is not ProducerIdState.READY and \
-                self._idem.state is not ProducerIdState.FATAL:
-            # idempotence asked for a new epoch mid-transaction: only an abort (and the bump
-            # after it) can give one; the records already sent belong to this epoch
+        facts.transactional = True
+        facts.txn_open = state is TransactionState.IN_TRANSACTION or \
+            state is TransactionState.COMMITTING
+        ids = self._idem.state
+        # idempotence asked for a new epoch mid-transaction: only an abort (and the bump
+        # after it) can give one; the records already sent belong to this epoch
+        facts.txn_needs_bump = ids is not ProducerIdState.READY and \
+            ids is not ProducerIdState.FATAL
+        facts.txn_version = self.transaction_version
+        facts.txn_number = self.partitions.number
+
+    def taken(self, p: PartitionProducer) -> None:
+        """A batch of ``p`` goes into a Produce request. Under transaction version 2
+        (KIP-890) that request adds the partition to the transaction (Produce v12)."""
+        if self.transaction_version >= 2:
+            self.partitions.add_implicitly(p)
+
+    def after_drain(self, to_join: list[PartitionProducer], needs_bump: bool) -> None:
+        """Once per drain, what its holds ask of the transaction: a new epoch is needed, so
+        it can only abort; partitions to add, with one AddPartitionsToTxn for all of them."""
+        if needs_bump:
             self.become_abortable(TransactionAbortableError(
                 "the producer epoch must be bumped (a sequence error); abort the transaction"))
-            return False
-        if self.transaction_version >= 2:
-            # KIP-890: the partition leader adds it to the transaction itself (Produce v12)
-            self.partitions.add_implicitly(self._table.get(topic, partition))
-            return True
-        return self.partitions.may_send(self._table.get(topic, partition))
+        for p in to_join:
+            self.partitions.request_join(p)
+        if self.partitions.pending and (self._add_task is None or self._add_task.done()):
+            self._add_task = self._spawn(self._add_partitions(),
+                                         f"aiokprod-add-partitions[{self._client}]")
 
     @property
     def produce_max_version(self) -> int:
@@ -228,12 +246,6 @@ class TransactionManager:
         partition implicitly; AddPartitionsToTxn users stay at v11, as Java does. (Above
         v12: topic ids and KIP-1269, where the sender knows the ids.)"""
         return _PRODUCE_V2_MAX if self.transaction_version >= 2 else _PRODUCE_V1_MAX
-
-    def after_drain(self) -> None:
-        """Once per sender wake-up: one AddPartitionsToTxn for every partition seen pending."""
-        if self.partitions.pending and (self._add_task is None or self._add_task.done()):
-            self._add_task = self._spawn(self._add_partitions(),
-                                         f"aiokprod-add-partitions[{self._client}]")
 
     def on_batch_failed(self, error: BaseException) -> None:
         """A batch of the open transaction failed: the transaction cannot commit."""

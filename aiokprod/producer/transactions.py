@@ -193,11 +193,11 @@ class PartitionsInTransaction:
     Each partition's object holds its own stage in the open transaction
     (``PartitionProducer.txn_number`` and ``txn_stage``); this keeps the transaction's number,
     the partitions a drain found that still need AddPartitionsToTxn (the next request's
-    work) and the groups whose offsets joined. A partition seen in a drain before it was added
-    becomes pending; the manager sends one AddPartitionsToTxn for all of them per sender
-    wake-up (``take_pending``), they are adding while it is on the wire, and added once the
-    coordinator accepted them. Only added partitions may be drained. Ending a transaction
-    (``clear``) counts the number on, which takes every partition out of it at once.
+    work) and the groups whose offsets joined. A partition a drain held because it was not
+    added yet becomes pending (``request_join``); the manager sends one AddPartitionsToTxn for
+    all of them per drain (``take_pending``), they are adding while it is on the wire, and
+    added once the coordinator accepted them. Only added partitions may be drained. Ending a
+    transaction (``clear``) counts the number on, which takes every partition out of it at once.
     """
 
     __slots__ = ("_joined", "_partitions", "_pending", "number", "offsets_added")
@@ -218,14 +218,15 @@ class PartitionsInTransaction:
         """How far ``p`` got into the open transaction (TXN_*)."""
         return p.txn_stage if p.txn_number == self.number else TXN_NONE
 
-    def may_send(self, p: PartitionProducer) -> bool:
-        """May a batch of ``p`` be drained? If not, remember to add the partition."""
+    def request_join(self, p: PartitionProducer) -> None:
+        """A drain held a batch of ``p`` because the partition is not part of the transaction
+        yet (``PartitionProducer.verdict``, HOLD_TXN_JOIN): ask for it with the next
+        AddPartitionsToTxn, unless it is already pending or being added."""
         if p.txn_number == self.number:
-            return p.txn_stage == TXN_ADDED  # pending or adding: already asked for
+            return
         p.txn_number = self.number
         p.txn_stage = TXN_PENDING
         self._pending.append(p)
-        return False
 
     def add_implicitly(self, p: PartitionProducer) -> None:
         """KIP-890: the partition leader adds it to the transaction itself (Produce v12)."""

@@ -8,7 +8,7 @@ tests; nothing here sleeps or reads a real clock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -17,6 +17,9 @@ from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata
 from aiokprod.producer.accumulator import RECORD_BOOKKEEPING_BYTES, RecordAccumulator
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.partition import Partitions
+from aiokprod.producer.send_rules import SendRules
 from aiokprod.records import CompressionRatioEstimator, CompressionType, read_batches
 
 TOPIC = "t"
@@ -56,8 +59,10 @@ class Harness:
         self.clock = FakeClock()
         self.pool = BufferPool(buffer_memory, batch_size, clock=self.clock)
         self.wakeups = 0
+        self.partitions = Partitions()  # shared with an IdempotenceManager a test makes
         self.acc = RecordAccumulator(
-            pool=self.pool, batch_size=batch_size, linger_ms=linger_ms,
+            pool=self.pool, partitions=self.partitions, batch_size=batch_size,
+            linger_ms=linger_ms,
             delivery_timeout_ms=delivery_timeout_ms, compression=compression,
             estimator=estimator, retry_backoff=lambda attempts: retry_backoff_ms,
             on_wakeup=self._wake, clock=self.clock)
@@ -78,11 +83,13 @@ class Harness:
             self.append(partition, topic=topic)
 
     def drain(self, view: ClusterView, node: int = 1, max_request_size: int = 1 << 20, *,
-              can_send: Callable[[ProducerBatch], bool] = lambda b: True,
-              on_drain: Callable[[ProducerBatch], None] = lambda b: None,
-              ) -> list[ProducerBatch]:
-        drained = self.acc.drain(view, [node], max_request_size, self.clock.now,
-                                 can_send=can_send, on_drain=on_drain)
+              rules: SendRules | None = None) -> list[ProducerBatch]:
+        if rules is None:
+            drained = self.acc.drain(view, [node], max_request_size, self.clock.now)
+        else:
+            rules.before_drain(self.clock.now)
+            drained = self.acc.drain(view, [node], max_request_size, self.clock.now, rules)
+            rules.after_drain()
         return drained.get(node, [])
 
 
@@ -335,41 +342,33 @@ async def test_drain_resumes_at_the_partition_that_did_not_fit() -> None:
     assert firsts == [0, 1, 2]  # no partition starves behind partition 0
 
 
-async def test_drain_skips_partitions_can_send_holds_back() -> None:
+async def test_drain_skips_a_partition_its_verdict_holds() -> None:
     h = Harness(linger_ms=0)
     view = view_of({TOPIC: [1, 1, 1]})
     _one_batch_per_partition(h, 3)
-    asked: list[int] = []
-
-    def can_send(batch: ProducerBatch) -> bool:
-        asked.append(batch.partition)
-        return batch.partition != 1
-
-    taken = h.drain(view, can_send=can_send)
-    assert sorted(asked) == [0, 1, 2]
+    h.acc.guarantee_order = True
+    h.acc.partition(TOPIC, 1).wire_requests = 1  # muted: a batch of it is on the wire (D5)
+    taken = h.drain(view)
     assert sorted(b.partition for b in taken) == [0, 2]
     assert all(b.sealed is not None for b in taken)
     assert h.acc.statistics().queued_batches == 1
+    h.acc.partition(TOPIC, 1).wire_requests = 0  # answered
     (held,) = h.drain(view)
     assert held.partition == 1
 
 
-async def test_on_drain_runs_before_the_batch_is_sealed() -> None:
+async def test_a_taken_batch_is_numbered_before_it_is_sealed() -> None:
     h = Harness(linger_ms=0)
     view = view_of({TOPIC: [1]})
+    idem = IdempotenceManager(clock=h.clock, partitions=h.partitions)
+    idem.init_producer_id_params()
+    idem.on_producer_id(4242, 7)
     h.fill(0, 3)
-    sealed_when_called: list[bool] = []
-
-    def on_drain(batch: ProducerBatch) -> None:
-        sealed_when_called.append(batch.sealed is not None)
-        batch.producer_id, batch.producer_epoch, batch.base_sequence = 4242, 7, 11
-
-    (batch,) = h.drain(view, on_drain=on_drain)
-    assert sealed_when_called == [False]
+    (batch,) = h.drain(view, rules=SendRules(idem))
     assert batch.drained_at == h.clock.now
     assert batch.sealed is not None
     (decoded,) = list(read_batches(batch.sealed))
-    assert (decoded.producer_id, decoded.producer_epoch, decoded.base_sequence) == (4242, 7, 11)
+    assert (decoded.producer_id, decoded.producer_epoch, decoded.base_sequence) == (4242, 7, 0)
     assert decoded.record_count == 3
 
 
@@ -391,10 +390,8 @@ async def test_reenqueue_puts_retries_back_in_sequence_order() -> None:
     for seq in (0, 3, 6):
         h.fill(0, 3)
 
-        def stamp(batch: ProducerBatch, seq: int = seq) -> None:
-            batch.base_sequence = seq
-
-        (batch,) = h.drain(view, on_drain=stamp)
+        (batch,) = h.drain(view)
+        batch.base_sequence = seq
         sent.append(batch)
     h.fill(0, 2)  # a new batch, never drained: no sequence yet
     # the answers come back out of order: 6 first, then 0, then 3

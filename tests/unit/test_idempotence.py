@@ -29,6 +29,7 @@ from aiokprod.producer.sequences import (
 from support.batch_double import Batch
 from support.examples import examples
 from support.sim_broker import PARTITIONS, SimPartition
+from support.verdicts import may_send
 
 E = ErrorCode
 S = ProducerIdState
@@ -93,7 +94,7 @@ def leader_holds_state(m: IdempotenceManager, topic: str = "t", partitions: int 
 
 def send(m: IdempotenceManager, *batches: Batch) -> None:
     for b in batches:
-        assert m.can_send(b), f"expected {b.header} to be sendable: {m.partition_state(b)!r}"
+        assert may_send(m, b), f"expected {b.header} to be sendable: {m.partition_state(b)!r}"
         m.assign_sequence(b)
 
 
@@ -150,7 +151,7 @@ def test_the_manager_raises_on_an_illegal_event() -> None:
 def test_nothing_is_sent_before_a_producer_id() -> None:
     m = IdempotenceManager()
     b = Batch()
-    assert not m.can_send(b)
+    assert not may_send(m, b)
     with pytest.raises(IllegalStateError):
         m.assign_sequence(b)
     m.init_producer_id_params()
@@ -222,7 +223,7 @@ def test_sequence_wraps_from_int32_max_to_zero() -> None:
     insert_in_sequence_order(queue, b)
     insert_in_sequence_order(queue, a)
     assert list(queue) == [a, b]
-    assert not m.can_send(b) and m.can_send(a)
+    assert not may_send(m, b) and may_send(m, a)
     send(m, a)
     m.on_success(a, base_offset=10)
     assert p.last_acked_sequence == 0 and p.is_next_sequence(1)
@@ -239,7 +240,7 @@ def test_lost_response_then_retry_answered_duplicate_is_success() -> None:
     send(m, b)
     assert fail(m, b, E.NETWORK_EXCEPTION) is Action.RETRY  # the response was lost
     later = Batch()
-    assert not m.can_send(later)  # step 2c: the retry goes first
+    assert not may_send(m, later)  # step 2c: the retry goes first
     send(m, b)
     assert b.base_sequence == 0  # the retry keeps its sequence
     d = m.on_error(b, E.DUPLICATE_SEQUENCE_NUMBER)
@@ -270,9 +271,9 @@ def test_retries_go_one_at_a_time_in_sequence_order() -> None:
         assert fail(m, b, E.NOT_LEADER_OR_FOLLOWER) is Action.RETRY
         insert_in_sequence_order(queue, b)
     assert list(queue)[:3] == [b1, b2, b3]
-    assert [m.can_send(b) for b in (b2, b3, queue[3])] == [False, False, False]
+    assert [may_send(m, b) for b in (b2, b3, queue[3])] == [False, False, False]
     send(m, b1)
-    assert not m.can_send(b2)  # b1 is on the wire: alone
+    assert not may_send(m, b2)  # b1 is on the wire: alone
     m.on_success(b1, base_offset=0)
     send(m, b2)
     m.on_success(b2, base_offset=1)
@@ -288,10 +289,10 @@ def test_retried_batch_waits_for_batches_still_on_the_wire() -> None:
     b1, b2 = batches(2)
     send(m, b1, b2)
     fail(m, b1, E.NOT_ENOUGH_REPLICAS)
-    assert not m.can_send(b1)  # b2 still on the wire
+    assert not may_send(m, b1)  # b2 still on the wire
     assert fail(m, b2, E.OUT_OF_ORDER_SEQUENCE_NUMBER) is Action.RETRY
     assert state(m) is S.READY  # b2 was not the next sequence: no bump (see below)
-    assert m.can_send(b1) and not m.can_send(b2)
+    assert may_send(m, b1) and not may_send(m, b2)
 
 
 def test_sending_a_batch_twice_or_an_untracked_one_is_a_bug() -> None:
@@ -299,10 +300,10 @@ def test_sending_a_batch_twice_or_an_untracked_one_is_a_bug() -> None:
     b = Batch()
     send(m, b)
     with pytest.raises(IllegalStateError):
-        m.can_send(b)  # on the wire already
+        may_send(m, b)  # on the wire already
     stranger = Batch(base_sequence=7)
     with pytest.raises(IllegalStateError):
-        m.can_send(stranger)
+        may_send(m, stranger)
     with pytest.raises(IllegalStateError):
         m.assign_sequence(stranger)
 
@@ -338,7 +339,7 @@ def test_out_of_order_for_the_next_sequence_bumps_and_resets() -> None:
     d = m.on_error(b1, E.OUT_OF_ORDER_SEQUENCE_NUMBER)
     assert (d.action, d.reset_sequences) == (Action.RETRY, True)
     assert state(m) is S.BUMP_REQUIRED
-    assert not m.can_send(b1)  # bumped now, but b2 (old epoch) is still on the wire
+    assert not may_send(m, b1)  # bumped now, but b2 (old epoch) is still on the wire
     assert m.producer_epoch == 1
     d2 = m.on_error(b2, E.OUT_OF_ORDER_SEQUENCE_NUMBER)
     assert (d2.action, d2.reset_sequences) == (Action.RETRY, False)  # stale: no second bump
@@ -368,12 +369,12 @@ def test_out_of_order_right_after_the_unresolved_batch_bumps() -> None:
     send(m, b1, b2, b3)
     m.on_delivery_timeout(b1)  # on the wire: unresolved
     p = m.partition_state(b1)
-    assert len(p.unresolved) == 1 and not m.can_send(Batch())  # step 2a
+    assert len(p.unresolved) == 1 and not may_send(m, Batch())  # step 2a
     d = m.on_error(b3, E.OUT_OF_ORDER_SEQUENCE_NUMBER)  # not right after b1: wait and see
     assert d.reset_sequences is False and state(m) is S.READY
     d = m.on_error(b2, E.OUT_OF_ORDER_SEQUENCE_NUMBER)  # right after b1: b1 was not written
     assert d.reset_sequences is True
-    assert m.can_send(b2)
+    assert may_send(m, b2)
     send(m, b2)
     assert (b2.header, b3.header) == ((PID, 1, 0), (PID, 1, 1))
     assert p.unresolved == []
@@ -473,9 +474,9 @@ def test_bump_waits_for_old_epoch_batches_before_resetting() -> None:
     send(m, a1, a2, other)
     assert fail(m, a1, E.OUT_OF_ORDER_SEQUENCE_NUMBER) is Action.RETRY  # bump for partition 0
     newcomer = Batch(partition=1)
-    assert not m.can_send(newcomer)  # partition 1: old-epoch batch still in flight (step 2b)
+    assert not may_send(m, newcomer)  # partition 1: old-epoch batch still in flight (step 2b)
     assert m.producer_epoch == 1
-    assert not m.can_send(a1)  # partition 0: a2 is on the wire (step 3 must wait)
+    assert not may_send(m, a1)  # partition 0: a2 is on the wire (step 3 must wait)
     m.on_success(other, base_offset=0)  # the old epoch finishes on partition 1
     send(m, newcomer)
     assert newcomer.header == (PID, 1, 0)  # partition 1 restarted at 0 under the new epoch
@@ -536,7 +537,7 @@ def test_fatal_errors_stop_every_later_send(code: ErrorCode, kw: dict[str, bool]
     assert m.on_error(a, code).action is Action.FATAL
     assert state(m) is S.FATAL and m.fatal_error is not None
     assert code.name in str(m.fatal_error)
-    assert not m.can_send(Batch(partition=2))
+    assert not may_send(m, Batch(partition=2))
     assert m.on_error(b, E.NOT_LEADER_OR_FOLLOWER).action is Action.FATAL
     m.on_delivery_timeout(Batch())  # still no exception after the fact
     assert "fatal=" in repr(m)
@@ -555,7 +556,7 @@ def test_split_gives_the_new_batches_the_old_range_in_order() -> None:
     assert [p.header for p in parts] == [(PID, 0, 3), (PID, 0, 5)]
     assert m.on_error(after, E.OUT_OF_ORDER_SEQUENCE_NUMBER).action is Action.RETRY
     assert state(m) is S.READY  # `after` is not the next sequence: no bump
-    assert not m.can_send(parts[1]) and m.can_send(parts[0])
+    assert not may_send(m, parts[1]) and may_send(m, parts[0])
     for p in parts:
         send(m, p)
         m.on_success(p, base_offset=10)
@@ -604,7 +605,7 @@ def test_later_success_resolves_the_unresolved_batch() -> None:
     b1, b2 = batches(2)
     send(m, b1, b2)
     m.on_delivery_timeout(b1)
-    assert not m.can_send(Batch())
+    assert not may_send(m, Batch())
     m.on_success(b2, base_offset=1)  # b2 was accepted, so b1 was written: step 1a
     p = m.partition_state(b1)
     assert p.unresolved == [] and state(m) is S.READY
@@ -647,7 +648,7 @@ def test_retriable_error_out_of_time_after_an_ambiguous_attempt_is_unresolved() 
     b1, b2 = batches(2)
     send(m, b1, b2)
     fail(m, b1, E.REQUEST_TIMED_OUT)
-    send_again = m.can_send(b1)
+    send_again = may_send(m, b1)
     assert not send_again  # b2 on the wire
     m.on_success(b2, base_offset=5)  # b2 written means b1 was written
     send(m, b1)
@@ -677,7 +678,7 @@ def test_epoch_overflow_asks_for_a_new_producer_id() -> None:
     send(m, held, other)
     m.on_success(other, base_offset=0)
     fail(m, held, E.UNKNOWN_PRODUCER_ID)
-    assert not m.can_send(held)
+    assert not may_send(m, held)
     assert state(m) is S.UNINITIALIZED and m.needs_producer_id()
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(PID + 1, 0)
@@ -694,7 +695,7 @@ def test_kip360_mode_asks_the_broker_to_bump() -> None:
     b = Batch()
     send(m, b)
     fail(m, b, E.UNKNOWN_PRODUCER_ID)
-    assert not m.can_send(b)
+    assert not may_send(m, b)
     assert m.needs_producer_id()
     assert m.init_producer_id_params() == (PID, 0)
     assert state(m) is S.BUMPING
@@ -751,11 +752,11 @@ def test_in_flight_limit_learned_from_responses_and_reset_on_leader_change() -> 
     tp = TP("t", 0)
     first = batches(5)
     send(m, *first)
-    assert not m.can_send(tp) and not m.can_send(Batch())  # default window: 5
+    assert not may_send(m, tp) and not may_send(m, Batch())  # default window: 5
     m.on_response_batches_to_retain(tp, 20)
     more = batches(15)
     send(m, *more)
-    assert not m.can_send(tp)
+    assert not may_send(m, tp)
     m.on_response_batches_to_retain(tp, 0)  # nonsense is ignored
     m.on_response_batches_to_retain(tp, -3)
     assert m.partition_state(tp).in_flight_limit == 20
@@ -763,9 +764,9 @@ def test_in_flight_limit_learned_from_responses_and_reset_on_leader_change() -> 
     assert m.partition_state(tp).in_flight_limit == 5
     for b in [*first, *more][:15]:
         m.on_success(b, base_offset=0)
-        assert not m.can_send(tp)  # 19..5 left: must get below 5 first
+        assert not may_send(m, tp)  # 19..5 left: must get below 5 first
     m.on_success(more[-5], base_offset=0)
-    assert m.can_send(tp)  # 4 left
+    assert may_send(m, tp)  # 4 left
 
 
 def test_the_limit_is_per_partition() -> None:
@@ -773,7 +774,7 @@ def test_the_limit_is_per_partition() -> None:
     m.on_response_batches_to_retain(TP("t", 1), 8)
     send(m, *batches(5, partition=0))
     send(m, *batches(8, partition=1))
-    assert not m.can_send(TP("t", 0)) and not m.can_send(TP("t", 1))
+    assert not may_send(m, TP("t", 0)) and not may_send(m, TP("t", 1))
 
 
 # ---- introspection ------------------------------------------------------------------------
@@ -837,7 +838,7 @@ class IdempotenceMachine(RuleBasedStateMachine):
         queue = self.queues[p]
         if not queue:
             return False
-        if not self.m.can_send(queue[0]):
+        if not may_send(self.m, queue[0]):
             return self._fail_doomed()
         b = queue.popleft()
         state = self.m.partition_state(b)

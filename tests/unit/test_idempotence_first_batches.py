@@ -17,6 +17,7 @@ from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.retry_policy import Action
 from aiokprod.producer.sequences import LEADER_STATE_IDLE_S
 from support.batch_double import Batch
+from support.verdicts import may_send
 
 E = ErrorCode
 
@@ -49,14 +50,14 @@ def test_first_batch_of_a_partition_goes_alone_until_acknowledged() -> None:
     m = fresh_manager()
     a, b = Batch(), Batch()
     send(m, a)
-    assert not m.can_send(b), "a second batch before the first is acknowledged"
+    assert not may_send(m, b), "a second batch before the first is acknowledged"
     assert retry(m, a, E.NOT_LEADER_OR_FOLLOWER) is Action.RETRY
-    assert not m.can_send(b)
+    assert not may_send(m, b)
     send(m, a)  # the retry, still alone
     m.on_success(a, base_offset=0)
     send(m, b)
     c = Batch()
-    assert m.can_send(c), "pipelined once the leader checks our sequences"
+    assert may_send(m, c), "pipelined once the leader checks our sequences"
 
 
 def test_gate_is_per_partition() -> None:
@@ -66,7 +67,7 @@ def test_gate_is_per_partition() -> None:
     m.on_success(a, base_offset=0)
     send(m, Batch(partition=0), Batch(partition=0))  # partition 0 pipelines
     send(m, Batch(partition=1))
-    assert not m.can_send(Batch(partition=1))  # partition 1 has not been acknowledged yet
+    assert not may_send(m, Batch(partition=1))  # partition 1 has not been acknowledged yet
 
 
 def test_new_producer_id_closes_the_gate_again_and_a_same_id_bump_does_not() -> None:
@@ -83,7 +84,7 @@ def test_new_producer_id_closes_the_gate_again_and_a_same_id_bump_does_not() -> 
     c, d = Batch(), Batch()
     send(m, c)
     assert c.header == (2, 0, 0)
-    assert not m.can_send(d), "a new producer id is unknown to the leader"
+    assert not may_send(m, d), "a new producer id is unknown to the leader"
     m.on_success(c, base_offset=1)
     send(m, d)
     # a KIP-360 bump that keeps the id (a transactional id's coordinator) keeps the gate open
@@ -104,7 +105,7 @@ def test_broker_that_forgot_us_closes_the_gate() -> None:
     broker_forgets_us(m)  # refused, and the fresh id is the pair we held
     b, c = Batch(), Batch()
     send(m, b)
-    assert not m.can_send(c)
+    assert not may_send(m, c)
 
 
 # ---- rule 2: an acknowledgement past a refused earlier batch is not accepted quietly ----------
@@ -164,7 +165,7 @@ def test_reset_never_renumbers_a_batch_that_may_be_written() -> None:
     assert decision.reset_sequences  # a is the first held batch: a real gap, bump
     a.attempts += 1
     new_id_after_bump(m, 2)
-    assert not m.can_send(a)  # a and b fail rather than being renumbered
+    assert not may_send(m, a)  # a and b fail rather than being renumbered
     doomed = dict(m.take_doomed())
     assert set(doomed) == {a, b}
     assert "twice" in str(doomed[b]) and "out of order" in str(doomed[a])
@@ -211,6 +212,6 @@ def test_a_partition_idle_past_the_limit_sends_its_next_batches_one_at_a_time_ag
     now[0] += LEADER_STATE_IDLE_S
     e, f = Batch(), Batch()
     send(m, e)
-    assert not m.can_send(f), "idle past the limit: one batch until it is acknowledged"
+    assert not may_send(m, f), "idle past the limit: one batch until it is acknowledged"
     m.on_success(e, base_offset=5)
     send(m, f)

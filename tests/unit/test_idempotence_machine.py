@@ -2,7 +2,7 @@
 and ProducerIdRequester (issue 8).
 
 Nothing of the producer is modelled: records are appended with ``try_append``, drained with
-the accumulator's ``drain`` gated by ``IdempotenceManager.can_send``/``assign_sequence``,
+the accumulator's ``drain`` with the sender's ``SendRules`` (each partition's verdict),
 and every answer goes to ``outcomes.BatchOutcomes`` -- the object ``Sender`` reports each
 batch's outcome to (complete, error answer, expiry) -- and InitProducerId answers to
 ``producer_id.ProducerIdRequester``, the sender's own. What :class:`Harness` still does in the
@@ -54,6 +54,7 @@ from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.outcomes import BatchOutcomes
 from aiokprod.producer.partition import Partitions
 from aiokprod.producer.producer_id import InitOutcome, ProducerIdRequester
+from aiokprod.producer.send_rules import SendRules
 from aiokprod.producer.sequences import (
     MAX_SEQUENCE,
     increment_sequence,
@@ -119,6 +120,7 @@ class Harness:
         self.acc = self.loop.run_until_complete(build())
         self.idem = IdempotenceManager(clock=self.clock, bump_via_init_producer_id=True,
                                        partitions=partitions)
+        self.rules = SendRules(self.idem)
         self.fatal: list[BaseException] = []
         self.outcomes = BatchOutcomes(
             accumulator=self.acc, idempotence=self.idem, transactions=None,
@@ -149,9 +151,9 @@ class Harness:
     def drain(self) -> list[ProducerBatch]:
         """Sender._run_once's drain, and the batches going out in one request."""
         now = self.clock.now
-        drained = self.acc.drain(self.view, [NODE], 1 << 20, now,
-                                 can_send=lambda b: self.idem.can_send(b, now),
-                                 on_drain=self.idem.assign_sequence)
+        self.rules.before_drain(now)
+        drained = self.acc.drain(self.view, [NODE], 1 << 20, now, self.rules)
+        self.rules.after_drain()
         batches = drained.get(NODE, [])
         self.outcomes.sent(NODE, batches, now)
         return batches

@@ -16,6 +16,7 @@ from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.producer_id_state import ProducerIdState
 from aiokprod.producer.retry_policy import Action
 from support.batch_double import Batch
+from support.verdicts import may_send
 
 E = ErrorCode
 S = ProducerIdState
@@ -36,7 +37,7 @@ def kip360_manager() -> IdempotenceManager:
 
 def send(m: IdempotenceManager, *batches: Batch) -> None:
     for b in batches:
-        assert m.can_send(b), (b.header, m.partition_state(b))
+        assert may_send(m, b), (b.header, m.partition_state(b))
         m.assign_sequence(b)
 
 

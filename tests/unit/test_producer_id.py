@@ -14,6 +14,7 @@ from aiokprod.producer.producer_id import InitOutcome, ProducerIdRequester
 from aiokprod.producer.producer_id_state import ProducerIdState
 from aiokprod.protocol import InitProducerIdRequest, InitProducerIdResponse
 from support.batch_double import Batch
+from support.verdicts import may_send
 
 E = ErrorCode
 
@@ -46,7 +47,7 @@ def _ready(transactional: bool) -> tuple[IdempotenceManager, ProducerIdRequester
 def _lose_state(idem: IdempotenceManager, partition: int = 0) -> None:
     """A batch answered UNKNOWN_PRODUCER_ID: the manager asks for a bump."""
     batch = Batch(partition=partition)
-    assert idem.can_send(batch)
+    assert may_send(idem, batch)
     idem.assign_sequence(batch)
     idem.on_error(batch, E.UNKNOWN_PRODUCER_ID)
     assert idem.state is ProducerIdState.BUMP_REQUIRED

@@ -19,6 +19,7 @@ from aiokprod.producer.buffer_pool import BufferPool
 from aiokprod.producer.idempotence import IdempotenceManager
 from aiokprod.producer.partition import Partitions
 from aiokprod.producer.retry_policy import Action
+from aiokprod.producer.send_rules import SendRules
 from aiokprod.producer.sequences import MAX_SEQUENCE
 from aiokprod.records import read_batches
 
@@ -57,10 +58,12 @@ async def test_retries_across_the_sequence_wrap_go_back_in_wrap_aware_order() ->
     idem.on_producer_id(7, 0)
     cluster = view()
 
+    rules = SendRules(idem)
+
     def drain() -> list[ProducerBatch]:
-        drained = acc.drain(cluster, [1], 1 << 20, clock.now,
-                            can_send=lambda b: idem.can_send(b, clock.now),
-                            on_drain=idem.assign_sequence)
+        rules.before_drain(clock.now)
+        drained = acc.drain(cluster, [1], 1 << 20, clock.now, rules)
+        rules.after_drain()
         return drained.get(1, [])
 
     # one batch acknowledged, then the partition's sequences are moved close to the wrap
@@ -117,11 +120,9 @@ async def test_a_retry_rewinds_the_drain_cursor_instead_of_being_reinserted() ->
     sent = []
     for seq in (30, 10, 20):
         acc.try_append(TOPIC, 0, 0, None, b"x" * 1000, None)
-
-        def stamp(batch: ProducerBatch, seq: int = seq) -> None:
-            batch.base_sequence = seq
-
-        sent.extend(acc.drain(cluster, [1], 1 << 20, clock.now, on_drain=stamp)[1])
+        (batch,) = acc.drain(cluster, [1], 1 << 20, clock.now)[1]
+        batch.base_sequence = seq  # the cursor must not go by these
+        sent.append(batch)
     a, b, c = sent
     acc.try_append(TOPIC, 0, 0, None, VALUE, None)  # new, unnumbered: stays last
     queue = acc.partition(TOPIC, 0)

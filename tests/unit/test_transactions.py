@@ -8,7 +8,16 @@ import itertools
 import pytest
 
 from aiokprod.errors import IllegalStateError
-from aiokprod.producer.partition import TXN_ADDING, TXN_NONE, TXN_PENDING, Partitions
+from aiokprod.producer.partition import (
+    HOLD_TXN_JOIN,
+    SEND,
+    TXN_ADDING,
+    TXN_NONE,
+    TXN_PENDING,
+    PartitionProducer,
+    Partitions,
+    SendFacts,
+)
 from aiokprod.producer.transactions import (
     TRANSITIONS,
     ConsumerGroupMetadata,
@@ -17,6 +26,8 @@ from aiokprod.producer.transactions import (
     TxnEvent,
     next_state,
 )
+from support.batch_double import Batch
+from support.verdicts import may_send
 
 S, E = TransactionState, TxnEvent
 
@@ -105,32 +116,45 @@ def test_fatal_is_final() -> None:
                 next_state(S.FATAL_ERROR, event)
 
 
+def drained(parts: PartitionsInTransaction, p: PartitionProducer) -> bool:
+    """What a drain does with a batch of ``p`` under transaction version 1: the partition's
+    verdict on it (``PartitionProducer.verdict``), then the join a HOLD_TXN_JOIN asks for."""
+    facts = SendFacts()
+    facts.transactional = facts.txn_open = True
+    facts.txn_version, facts.txn_number = 1, parts.number
+    batch = Batch(topic=p.topic, partition=p.partition)
+    verdict = p.verdict(batch, 0.0, 0, False, facts)  # type: ignore[arg-type]
+    if verdict == HOLD_TXN_JOIN:
+        parts.request_join(p)
+    return verdict == SEND
+
+
 def test_a_partition_waits_until_added_and_is_asked_for_once_per_drain() -> None:
     table = Partitions()
     t0, t1 = table.get("t", 0), table.get("t", 1)
     parts = PartitionsInTransaction(table)
     assert not parts.started
     # a drain sees three batches of two partitions: both pending, none sendable
-    assert not parts.may_send(t0)
-    assert not parts.may_send(t0)
-    assert not parts.may_send(t1)
+    assert not drained(parts, t0)
+    assert not drained(parts, t0)
+    assert not drained(parts, t1)
     assert parts.stage(t0) == parts.stage(t1) == TXN_PENDING  # the partition holds it
     assert parts.take_pending() == [t0, t1]  # one request for both
     assert parts.started
     # while the request is on the wire they are neither sendable nor asked for again
-    assert not parts.may_send(t0)
+    assert not drained(parts, t0)
     assert not parts.pending and parts.stage(t0) == TXN_ADDING
     parts.on_added([t0])
     parts.on_not_added([t1])  # e.g. CONCURRENT_TRANSACTIONS: asked again next time
-    assert parts.may_send(t0)
-    assert not parts.may_send(t1)
+    assert drained(parts, t0)
+    assert not drained(parts, t1)
     assert parts.take_pending() == [t1]
     parts.on_added([t1])
-    assert parts.may_send(t1)
+    assert drained(parts, t1)
     assert parts.members() == [t0, t1]
     parts.clear()  # the transaction ended: the next one adds its partitions again
     assert not parts.started and parts.stage(t0) == TXN_NONE
-    assert not parts.may_send(t0)
+    assert not drained(parts, t0)
     assert parts.take_pending() == [t0]
 
 
@@ -140,7 +164,7 @@ def test_an_answer_for_an_ended_transaction_adds_nothing_to_the_next() -> None:
     table = Partitions()
     t0 = table.get("t", 0)
     parts = PartitionsInTransaction(table)
-    assert not parts.may_send(t0)
+    assert not drained(parts, t0)
     taken = parts.take_pending()
     parts.clear()
     parts.on_added(taken)
@@ -154,7 +178,7 @@ def test_a_transaction_stays_started_when_an_idle_topic_leaves_the_table() -> No
     metadata.max.idle.ms): the transaction must still end with EndTxn."""
     table = Partitions()
     parts = PartitionsInTransaction(table)
-    assert not parts.may_send(table.get("t", 0))
+    assert not drained(parts, table.get("t", 0))
     parts.on_added(parts.take_pending())
     table.drop("t", 0)
     assert parts.started and parts.members() == []
@@ -166,7 +190,7 @@ def test_a_partition_added_implicitly_may_send_at_once() -> None:
     t0 = table.get("t", 0)
     parts = PartitionsInTransaction(table)
     parts.add_implicitly(t0)
-    assert parts.may_send(t0) and parts.started and not parts.pending
+    assert drained(parts, t0) and parts.started and not parts.pending
 
 
 def test_offsets_alone_start_a_transaction_on_the_coordinator() -> None:
@@ -219,7 +243,7 @@ def test_epoch_exhaustion_at_end_txn_moves_to_the_new_producer_id() -> None:
     a, b = Batch(), Batch()
     send(idem, a)
     assert a.header == (8, 0, 0)
-    assert not idem.can_send(b)
+    assert not may_send(idem, b)
     idem.on_success(a, base_offset=1)
     send(idem, b)
     assert b.header == (8, 0, 1)
