@@ -502,8 +502,7 @@ class RecordAccumulator:
                     # D1: stop here; the rest goes in the next request
                     self._node_rotation[node] = (start + i) % n
                     break
-                queue.drain_index += 1  # it stays in the queue until answered
-                first.queued = False
+                queue.take_head(first)
                 self._queued_records -= first.record_count
                 rules.taken(queue, first)
                 first.seal()

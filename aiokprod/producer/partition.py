@@ -254,6 +254,12 @@ class PartitionProducer:
         self.drain_index = i
         return batches[i] if i < n else None
 
+    def take_head(self, batch: ProducerBatch) -> None:
+        """``batch``, the head its verdict let go, is drained: the cursor moves past it. It
+        stays in the queue until answered (a retry rewinds the cursor to it)."""
+        self.drain_index += 1
+        batch.queued = False
+
     def waiting(self) -> list[ProducerBatch]:
         """The batches waiting to be drained, in drain order."""
         batches = self.batches
