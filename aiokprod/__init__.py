@@ -35,10 +35,10 @@ if TYPE_CHECKING:
     )
     from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
     from aiokprod.network.oauth import OAuthToken
-    from aiokprod.producer.bulk import SendManyResult
-    from aiokprod.producer.prepared import PreparedTransaction
+    from aiokprod.producer.front.bulk import SendManyResult
     from aiokprod.producer.producer import Producer, ProducerHealth
-    from aiokprod.producer.transactions import ConsumerGroupMetadata
+    from aiokprod.producer.transactional.prepared import PreparedTransaction
+    from aiokprod.producer.transactional.transactions import ConsumerGroupMetadata
     from aiokprod.record_metadata import RecordMetadata
     from aiokprod.records.columnar import BinaryColumn, HeaderColumn
     from aiokprod.settings import ProducerSettings
@@ -68,8 +68,8 @@ _ERRORS = (
 )
 _LAZY = {
     **{name: "aiokprod.errors" for name in _ERRORS},
-    "ConsumerGroupMetadata": "aiokprod.producer.transactions",
-    "PreparedTransaction": "aiokprod.producer.prepared",
+    "ConsumerGroupMetadata": "aiokprod.producer.transactional.transactions",
+    "PreparedTransaction": "aiokprod.producer.transactional.prepared",
     "OAuthToken": "aiokprod.network.oauth",
     "Partitioner": "aiokprod.hooks",
     "ProducerInterceptor": "aiokprod.hooks",
@@ -79,7 +79,7 @@ _LAZY = {
     "ProducerConfig": "aiokprod.config",
     "ProducerSettings": "aiokprod.settings",
     "RecordMetadata": "aiokprod.record_metadata",
-    "SendManyResult": "aiokprod.producer.bulk",
+    "SendManyResult": "aiokprod.producer.front.bulk",
     "BinaryColumn": "aiokprod.records.columnar",
     "HeaderColumn": "aiokprod.records.columnar",
 }

@@ -18,8 +18,8 @@ from functools import partial
 
 from aiokprod._murmur2 import murmur2, partition_for_key
 from aiokprod.metrics import MetricsRegistry, ProducerMetrics, Sensor
-from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.partitioner import BuiltinPartitioner
+from aiokprod.producer.batching.buffer_pool import BufferPool
+from aiokprod.producer.batching.partitioner import BuiltinPartitioner
 
 
 def ns_per_call(fn: Callable[[], object], number: int = 200_000, repeat: int = 5) -> float:

@@ -45,35 +45,35 @@ from aiokprod.metrics import ProducerMetrics
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicMetadata
 from aiokprod.network.security import options_from_config
-from aiokprod.producer._transactional_api import TransactionalApi, send_refused
-from aiokprod.producer.accumulator import RecordAccumulator, estimate_record_size
-from aiokprod.producer.batch import ProducerBatch, RecordMetadata
-from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.bulk import BulkDelivery, BulkProgress, SendManyResult
-from aiokprod.producer.columnar_send import (
+from aiokprod.producer.batching.accumulator import RecordAccumulator, estimate_record_size
+from aiokprod.producer.batching.batch import ProducerBatch, RecordMetadata
+from aiokprod.producer.batching.buffer_pool import BufferPool
+from aiokprod.producer.batching.partitioner import BuiltinPartitioner
+from aiokprod.producer.front.bulk import BulkDelivery, BulkProgress, SendManyResult
+from aiokprod.producer.front.columnar_send import (
     RECORD_OVERHEAD,
     RowKeys,
     RowStampedDelivery,
     column_runs,
 )
-from aiokprod.producer.committed_offsets import fetch_committed_offsets
-from aiokprod.producer.coordinator import CoordinatorClient
-from aiokprod.producer.idempotence import IdempotenceManager
-from aiokprod.producer.partition import Partitions
-from aiokprod.producer.partitioner import BuiltinPartitioner
-from aiokprod.producer.prepared import PreparedTransaction, complete_prepared
-from aiokprod.producer.send_many import bulk_bytes, check_bulk_sizes, group_by_partitioner
-from aiokprod.producer.sender import Sender
-from aiokprod.producer.sender_turns import SenderTurns
-from aiokprod.producer.supervisor import Supervisor
-from aiokprod.producer.transaction_manager import TransactionManager
-from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState
-from aiokprod.producer.validation import (
+from aiokprod.producer.front.send_many import bulk_bytes, check_bulk_sizes, group_by_partitioner
+from aiokprod.producer.front.sender_turns import SenderTurns
+from aiokprod.producer.front.validation import (
     BYTES_LIKE,
     check_headers,
     check_timestamp_ms,
     validate_topic,
 )
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+from aiokprod.producer.partition import Partitions
+from aiokprod.producer.sending.sender import Sender
+from aiokprod.producer.supervisor import Supervisor
+from aiokprod.producer.transactional.api import TransactionalApi, send_refused
+from aiokprod.producer.transactional.committed_offsets import fetch_committed_offsets
+from aiokprod.producer.transactional.coordinator import CoordinatorClient
+from aiokprod.producer.transactional.prepared import PreparedTransaction, complete_prepared
+from aiokprod.producer.transactional.transaction_manager import TransactionManager
+from aiokprod.producer.transactional.transactions import ConsumerGroupMetadata, TransactionState
 from aiokprod.records import CompressionRatioEstimator, CompressionType
 from aiokprod.records.columnar import BinaryColumn, ColumnarRows, HeaderColumn
 from aiokprod.settings import ProducerSettings

@@ -55,8 +55,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from aiokprod.errors import KafkaError, ProducerFencedError
-from aiokprod.producer.prepared import PreparedTransaction
 from aiokprod.producer.producer import Producer
+from aiokprod.producer.transactional.prepared import PreparedTransaction
 from aiokprod.spark._executor import (
     KafkaSinkError,
     TaskSummary,

@@ -29,7 +29,7 @@ from aiokprod.errors import (
     ProducerFencedError,
     TransactionAbortableError,
 )
-from aiokprod.producer import transaction_manager
+from aiokprod.producer.transactional import transaction_manager
 from support.kafka_fixtures import KafkaBehindProxy, kafka_behind_proxy, start_kafka
 from support.kafka_jars import KafkaJars
 from support.reader import read_back

@@ -20,8 +20,8 @@ import pytest
 
 from aiokprod import PreparedTransaction, Producer
 from aiokprod.errors import IllegalStateError, TransactionAbortedError
-from aiokprod.producer import transaction_manager
-from aiokprod.producer.transactions import TransactionState
+from aiokprod.producer.transactional import transaction_manager
+from aiokprod.producer.transactional.transactions import TransactionState
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
 

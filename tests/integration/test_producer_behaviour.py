@@ -27,7 +27,7 @@ from aiokprod.errors import (
     ProducerClosedError,
     RecordTooLargeError,
 )
-from aiokprod.producer.sender_turns import SenderTurns
+from aiokprod.producer.front.sender_turns import SenderTurns
 from aiokprod.records import RecordBatchBuilder
 from support.reader import read_back
 from support.waits import eventually

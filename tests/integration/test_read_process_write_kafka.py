@@ -27,7 +27,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from aiokprod import ConsumerGroupMetadata, Producer
-from aiokprod.producer.group_metadata import to_group_metadata
+from aiokprod.producer.transactional.group_metadata import to_group_metadata
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
 

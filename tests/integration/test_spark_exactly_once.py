@@ -40,7 +40,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
 from aiokprod import Producer
-from aiokprod.producer import transaction_manager
+from aiokprod.producer.transactional import transaction_manager
 from aiokprod.spark import KafkaDataSource, KafkaSinkError
 from aiokprod.spark._executor import close_all_producers
 from aiokprod.spark._options import settings_from

@@ -24,8 +24,8 @@ from aiokprod.errors import (
     ProducerFencedError,
     TransactionAbortableError,
 )
-from aiokprod.producer import transaction_manager
-from aiokprod.producer.transactions import ConsumerGroupMetadata, TransactionState
+from aiokprod.producer.transactional import transaction_manager
+from aiokprod.producer.transactional.transactions import ConsumerGroupMetadata, TransactionState
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from aiokprod import Producer
-from aiokprod.producer import transaction_manager
+from aiokprod.producer.transactional import transaction_manager
 from aiokprod.protocol import AddPartitionsToTxnRequest, EndTxnRequest
 from support.kafka_cluster import KafkaCluster
 from support.kafka_fixtures import kafka_behind_proxy

@@ -18,7 +18,7 @@ from aiokprod.errors import (
     TransactionAbortableError,
     TransactionalIdAuthorizationFailedError,
 )
-from aiokprod.producer.transactions import TransactionState
+from aiokprod.producer.transactional.transactions import TransactionState
 from support.mock_cluster import MockCluster
 
 PRODUCE, FIND_COORDINATOR, INIT_PRODUCER_ID = 0, 10, 22

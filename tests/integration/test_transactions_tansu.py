@@ -20,7 +20,7 @@ import pytest
 from aiokprod import Producer
 from aiokprod.devbroker import TansuBroker
 from aiokprod.errors import KafkaTimeoutError, ProducerFencedError
-from aiokprod.producer.transactions import TransactionState
+from aiokprod.producer.transactional.transactions import TransactionState
 from support.reader import read_back
 
 

@@ -19,7 +19,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from aiokprod._error_codes import ErrorCode
-from aiokprod.producer.sequences import increment_sequence, last_sequence, sequence_precedes
+from aiokprod.producer.idempotent.sequences import (
+    increment_sequence,
+    last_sequence,
+    sequence_precedes,
+)
 
 __all__ = ["PARTITIONS", "SimBroker", "SimPartition"]
 

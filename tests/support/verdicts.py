@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.partition import GIVE_UP_FIRST, SEND, SendFacts
 
 __all__ = ["may_send"]

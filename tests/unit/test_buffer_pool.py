@@ -14,7 +14,7 @@ from aiokprod.errors import (
     RecordTooLargeError,
 )
 from aiokprod.metrics import PRODUCER_GROUP, MetricsRegistry, ProducerMetrics
-from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.batching.buffer_pool import BufferPool
 
 LONG = 60_000  # max_block_ms for waits that tests end by hand
 

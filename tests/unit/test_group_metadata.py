@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from aiokprod import ConsumerGroupMetadata
-from aiokprod.producer.group_metadata import to_group_metadata
+from aiokprod.producer.transactional.group_metadata import to_group_metadata
 
 
 def _confluent_metadata(**config: object) -> object:

@@ -18,14 +18,19 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, KafkaConnectionError, KafkaError
-from aiokprod.producer.idempotence import IdempotenceManager
-from aiokprod.producer.producer_id_state import TRANSITIONS, Event, ProducerIdState, next_state
-from aiokprod.producer.retry_policy import Action, classify
-from aiokprod.producer.sequences import (
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+from aiokprod.producer.idempotent.producer_id_state import (
+    TRANSITIONS,
+    Event,
+    ProducerIdState,
+    next_state,
+)
+from aiokprod.producer.idempotent.sequences import (
     MAX_PRODUCER_EPOCH,
     MAX_SEQUENCE,
     sequence_precedes,
 )
+from aiokprod.producer.sending.retry_policy import Action, classify
 from support.batch_double import Batch
 from support.examples import examples
 from support.sim_broker import PARTITIONS, SimPartition

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 from aiokprod._error_codes import ErrorCode
-from aiokprod.producer.idempotence import IdempotenceManager
-from aiokprod.producer.producer_id_state import ProducerIdState
-from aiokprod.producer.retry_policy import Action
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
+from aiokprod.producer.sending.retry_policy import Action
 from support.batch_double import Batch
 from support.verdicts import may_send
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
-from aiokprod.producer.accumulator import RECORD_BOOKKEEPING_BYTES, RecordAccumulator
-from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.batching.accumulator import RECORD_BOOKKEEPING_BYTES, RecordAccumulator
+from aiokprod.producer.batching.buffer_pool import BufferPool
 
 BATCH = 16384
 BLOCK = (BATCH // 1024) * RECORD_BOOKKEEPING_BYTES  # bookkeeping of 16 records

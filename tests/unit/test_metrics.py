@@ -18,7 +18,7 @@ from aiokprod.metrics import (
     Sensor,
     Stat,
 )
-from aiokprod.producer.buffer_pool import BufferPool
+from aiokprod.producer.batching.buffer_pool import BufferPool
 
 
 class FakeClock:

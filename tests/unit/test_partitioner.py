@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from aiokprod._murmur2 import murmur2, partition_for_key, to_positive
 from aiokprod.config import ProducerConfig
-from aiokprod.producer.accumulator import RecordAccumulator
-from aiokprod.producer.batch import ProducerBatch
-from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.partitioner import BuiltinPartitioner
+from aiokprod.producer.batching.accumulator import RecordAccumulator
+from aiokprod.producer.batching.batch import ProducerBatch
+from aiokprod.producer.batching.buffer_pool import BufferPool
+from aiokprod.producer.batching.partitioner import BuiltinPartitioner
 from aiokprod.records import RecordBatchBuilder
 
 # Values of org.apache.kafka.common.utils.Utils.murmur2 (signed, as Java returns them).

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
-from aiokprod.producer.idempotence import IdempotenceManager
-from aiokprod.producer.producer_id import InitOutcome, ProducerIdRequester
-from aiokprod.producer.producer_id_state import ProducerIdState
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+from aiokprod.producer.idempotent.producer_id import InitOutcome, ProducerIdRequester
+from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
 from aiokprod.protocol import InitProducerIdRequest, InitProducerIdResponse
 from support.batch_double import Batch
 from support.verdicts import may_send

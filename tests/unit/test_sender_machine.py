@@ -31,12 +31,12 @@ from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import KafkaError
 from aiokprod.network.cluster import Cluster
-from aiokprod.producer.accumulator import RecordAccumulator
-from aiokprod.producer.batch import RecordMetadata
-from aiokprod.producer.buffer_pool import BufferPool
-from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.batching.accumulator import RecordAccumulator
+from aiokprod.producer.batching.batch import RecordMetadata
+from aiokprod.producer.batching.buffer_pool import BufferPool
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.partition import Partitions
-from aiokprod.producer.sender import Sender
+from aiokprod.producer.sending.sender import Sender
 from aiokprod.protocol import InitProducerIdResponse, ProduceResponse
 from aiokprod.records import read_batches
 from support.examples import examples

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiokprod.producer.sender_turns import MAX_SPACING_S, SenderTurns
+from aiokprod.producer.front.sender_turns import MAX_SPACING_S, SenderTurns
 
 
 class Clock:

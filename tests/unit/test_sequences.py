@@ -7,8 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokprod.errors import IllegalStateError
-from aiokprod.producer.partition import PartitionProducer
-from aiokprod.producer.sequences import (
+from aiokprod.producer.idempotent.sequences import (
     MAX_SEQUENCE,
     InFlightEntry,
     SequencedBatch,
@@ -18,6 +17,7 @@ from aiokprod.producer.sequences import (
     sequence_distance,
     sequence_precedes,
 )
+from aiokprod.producer.partition import PartitionProducer
 from support.batch_double import Batch
 
 

@@ -18,7 +18,7 @@ from aiokprod.producer.partition import (
     Partitions,
     SendFacts,
 )
-from aiokprod.producer.transactions import (
+from aiokprod.producer.transactional.transactions import (
     TRANSITIONS,
     ConsumerGroupMetadata,
     PartitionsInTransaction,
@@ -207,8 +207,8 @@ def test_consumer_group_metadata_defaults_are_those_of_a_plain_group_id() -> Non
 
 def test_an_epoch_bumped_by_end_txn_is_adopted() -> None:
     # transaction version 2 (KIP-890): every EndTxn answer carries the bumped epoch
-    from aiokprod.producer.idempotence import IdempotenceManager
-    from aiokprod.producer.producer_id_state import ProducerIdState
+    from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+    from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
 
     idem = IdempotenceManager(transactional=True, bump_via_init_producer_id=True)
     idem.init_producer_id_params()
@@ -226,9 +226,9 @@ def test_epoch_exhaustion_at_end_txn_moves_to_the_new_producer_id() -> None:
     # its first is acknowledged (the leaders have never seen that id)
     from test_idempotence_reset import send
 
-    from aiokprod.producer.idempotence import IdempotenceManager
-    from aiokprod.producer.producer_id_state import ProducerIdState
-    from aiokprod.producer.sequences import MAX_PRODUCER_EPOCH
+    from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+    from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
+    from aiokprod.producer.idempotent.sequences import MAX_PRODUCER_EPOCH
     from support.batch_double import Batch
 
     idem = IdempotenceManager(transactional=True, bump_via_init_producer_id=True)

@@ -34,20 +34,20 @@ from dataclasses import dataclass, replace
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, error_for_code
-from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions, SendFacts
-from aiokprod.producer.producer_id_state import (
+from aiokprod.producer.idempotent.producer_id_state import (
     Event,
     ProducerIdHolder,
     ProducerIdState,
 )
-from aiokprod.producer.retry_policy import Action, RetryDecision, classify
-from aiokprod.producer.sequences import (
+from aiokprod.producer.idempotent.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
     NO_PRODUCER_ID,
     InFlightEntry,
     SequencedBatch,
     TopicPartitionLike,
 )
+from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions, SendFacts
+from aiokprod.producer.sending.retry_policy import Action, RetryDecision, classify
 
 __all__ = ["IdempotenceManager", "IdempotenceStatistics"]
 

@@ -24,12 +24,12 @@ from aiokprod.errors import (
     TransactionAbortedError,
 )
 from aiokprod.metrics import ProducerMetrics
-from aiokprod.producer.accumulator import RecordAccumulator
-from aiokprod.producer.group_metadata import to_group_metadata
-from aiokprod.producer.prepared import PreparedTransaction
-from aiokprod.producer.sender import Sender
-from aiokprod.producer.transaction_manager import TransactionManager
-from aiokprod.producer.transactions import (
+from aiokprod.producer.batching.accumulator import RecordAccumulator
+from aiokprod.producer.sending.sender import Sender
+from aiokprod.producer.transactional.group_metadata import to_group_metadata
+from aiokprod.producer.transactional.prepared import PreparedTransaction
+from aiokprod.producer.transactional.transaction_manager import TransactionManager
+from aiokprod.producer.transactional.transactions import (
     ConsumerGroupMetadata,
     TransactionState,
     TxnEvent,

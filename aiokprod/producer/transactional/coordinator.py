@@ -27,7 +27,8 @@ from aiokprod.protocol import FindCoordinatorRequest, KafkaRequest
 
 __all__ = ["GROUP_KEY", "TRANSACTION_KEY", "CoordinatorClient", "top_level_code"]
 
-log = logging.getLogger("aiokprod.producer.transaction_manager")  # the transactions' logger
+# the transactions' logger
+log = logging.getLogger("aiokprod.producer.transactional.transaction_manager")
 
 _R = TypeVar("_R")  # a response type: call returns what its request is answered with
 

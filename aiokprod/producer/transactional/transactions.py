@@ -17,8 +17,8 @@ Errors come in two kinds (see docs/transactions.md):
   create a new one.
 
 The I/O (FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn, AddOffsetsToTxn,
-TxnOffsetCommit) lives in ``producer/transaction_manager.py``, which fires these events (EndTxn
-and the offsets' requests are built and sent by ``producer/transaction_end.py``'s functions).
+TxnOffsetCommit) lives in ``transaction_manager.py``, which fires these events (EndTxn and the
+offsets' requests are built and sent by ``transaction_end.py``'s functions).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import BrokerResponseError, KafkaError, error_for_code
-from aiokprod.producer.idempotence import IdempotenceManager
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.protocol import InitProducerIdRequest, InitProducerIdResponse
 
 if TYPE_CHECKING:

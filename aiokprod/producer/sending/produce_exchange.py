@@ -24,17 +24,17 @@ from aiokprod.errors import KafkaConnectionError, KafkaError, error_for_code
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.network.metadata import BrokerNode, TopicPartition
-from aiokprod.producer.batch import ProducerBatch
-from aiokprod.producer.idempotence import IdempotenceManager
-from aiokprod.producer.outcomes import BatchOutcomes
+from aiokprod.producer.batching.batch import ProducerBatch
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+from aiokprod.producer.sending.outcomes import BatchOutcomes
 from aiokprod.protocol import ProduceRequest, ProduceResponse
 
 if TYPE_CHECKING:
-    from aiokprod.producer.transaction_manager import TransactionManager
+    from aiokprod.producer.transactional.transaction_manager import TransactionManager
 
 __all__ = ["PRODUCE_MAX_VERSION", "ProduceExchange"]
 
-log = logging.getLogger("aiokprod.producer.sender")  # the sender's messages, as before
+log = logging.getLogger("aiokprod.producer.sending.sender")  # the sender's messages, as before
 
 _NONE = ErrorCode.NONE
 _DUPLICATE_SEQUENCE_NUMBER = ErrorCode.DUPLICATE_SEQUENCE_NUMBER

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import KafkaError, TransactionAbortedError, error_for_code
-from aiokprod.producer.coordinator import CoordinatorClient
-from aiokprod.producer.producer_id import FENCED_CODES
-from aiokprod.producer.transaction_end import (
+from aiokprod.producer.idempotent.producer_id import FENCED_CODES
+from aiokprod.producer.transactional.coordinator import CoordinatorClient
+from aiokprod.producer.transactional.transaction_end import (
     add_offsets_to_txn,
     end_txn,
     txn_offset_commit,
 )
-from aiokprod.producer.transactions import ConsumerGroupMetadata
+from aiokprod.producer.transactional.transactions import ConsumerGroupMetadata
 
 __all__ = ["PreparedTransaction", "complete_prepared"]
 

@@ -37,25 +37,25 @@ from aiokprod.errors import (
 )
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
-from aiokprod.producer.coordinator import CoordinatorClient, top_level_code
-from aiokprod.producer.idempotence import IdempotenceManager
-from aiokprod.producer.partition import PartitionProducer, SendFacts
-from aiokprod.producer.prepared import PreparedTransaction
-from aiokprod.producer.producer_id import (
+from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+from aiokprod.producer.idempotent.producer_id import (
     FATAL_INIT_CODES,
     FENCED_CODES,
     InitOutcome,
     ProducerIdRequester,
 )
-from aiokprod.producer.producer_id_state import ProducerIdState
-from aiokprod.producer.transaction_end import (
+from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
+from aiokprod.producer.partition import PartitionProducer, SendFacts
+from aiokprod.producer.transactional.coordinator import CoordinatorClient, top_level_code
+from aiokprod.producer.transactional.prepared import PreparedTransaction
+from aiokprod.producer.transactional.transaction_end import (
     ADD_OFFSETS_ABORTABLE,
     END_TXN_V2,
     add_offsets_to_txn,
     end_txn,
     txn_offset_commit,
 )
-from aiokprod.producer.transactions import (
+from aiokprod.producer.transactional.transactions import (
     ConsumerGroupMetadata,
     PartitionsInTransaction,
     TransactionState,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from aiokprod.producer.transactions import ConsumerGroupMetadata
+from aiokprod.producer.transactional.transactions import ConsumerGroupMetadata
 
 __all__ = ["to_group_metadata"]
 

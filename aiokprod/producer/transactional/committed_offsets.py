@@ -17,12 +17,13 @@ from collections.abc import Iterable
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import UnsupportedVersionError, error_for_code
 from aiokprod.network.connection import BrokerConnection
-from aiokprod.producer.coordinator import CoordinatorClient
+from aiokprod.producer.transactional.coordinator import CoordinatorClient
 from aiokprod.protocol import OffsetFetchRequest, OffsetFetchResponse
 
 __all__ = ["fetch_committed_offsets"]
 
-log = logging.getLogger("aiokprod.producer.transaction_manager")  # the transactions' logger
+# the transactions' logger
+log = logging.getLogger("aiokprod.producer.transactional.transaction_manager")
 
 # require_stable arrived with v7 (KIP-447, Kafka 2.5); without it a pending transactional
 # offset would read as absent, which a writer checking its own record cannot tell apart from

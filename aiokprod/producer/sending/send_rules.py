@@ -31,9 +31,9 @@ from aiokprod.producer.partition import (
 )
 
 if TYPE_CHECKING:
-    from aiokprod.producer.batch import ProducerBatch
-    from aiokprod.producer.idempotence import IdempotenceManager
-    from aiokprod.producer.transaction_manager import TransactionManager
+    from aiokprod.producer.batching.batch import ProducerBatch
+    from aiokprod.producer.idempotent.idempotence import IdempotenceManager
+    from aiokprod.producer.transactional.transaction_manager import TransactionManager
 
 __all__ = ["SendRules"]
 

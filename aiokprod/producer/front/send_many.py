@@ -17,8 +17,8 @@ from aiokprod._murmur2 import KeyGroups, groups_in_runs
 from aiokprod.errors import RecordTooLargeError, SerializationError
 from aiokprod.hooks import Serializer
 from aiokprod.network.metadata import TopicMetadata
-from aiokprod.producer.accumulator import estimate_record_size
-from aiokprod.producer.validation import BYTES_LIKE
+from aiokprod.producer.batching.accumulator import estimate_record_size
+from aiokprod.producer.front.validation import BYTES_LIKE
 from aiokprod.records.record_encoding import longest_bytes
 
 __all__ = ["bulk_bytes", "check_bulk_sizes", "group_by_partitioner"]

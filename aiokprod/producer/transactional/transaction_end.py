@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.network.connection import BrokerConnection
-from aiokprod.producer.coordinator import CoordinatorClient, top_level_code
-from aiokprod.producer.transactions import ConsumerGroupMetadata
+from aiokprod.producer.transactional.coordinator import CoordinatorClient, top_level_code
+from aiokprod.producer.transactional.transactions import ConsumerGroupMetadata
 from aiokprod.protocol import (
     AddOffsetsToTxnRequest,
     EndTxnRequest,
