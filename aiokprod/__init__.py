@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     )
     from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
     from aiokprod.network.oauth import OAuthToken
-    from aiokprod.producer.front.bulk import SendManyResult
+    from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.producer import Producer, ProducerHealth
     from aiokprod.producer.transactional.prepared import PreparedTransaction
     from aiokprod.producer.transactional.transactions import ConsumerGroupMetadata
@@ -79,7 +79,7 @@ _LAZY = {
     "ProducerConfig": "aiokprod.config",
     "ProducerSettings": "aiokprod.settings",
     "RecordMetadata": "aiokprod.record_metadata",
-    "SendManyResult": "aiokprod.producer.front.bulk",
+    "SendManyResult": "aiokprod.producer.bulk",
     "BinaryColumn": "aiokprod.records.columnar",
     "HeaderColumn": "aiokprod.records.columnar",
 }

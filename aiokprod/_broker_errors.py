@@ -183,7 +183,7 @@ class OffsetOutOfRangeError(BrokerResponseError):
 class CorruptMessageError(BrokerResponseError):
     """CORRUPT_MESSAGE, code 2 (Java CorruptRecordException); retriable; category abortable:
     the broker calls it retriable, but this client does not retry it
-    (producer/sending/retry_policy.py: a retry resends the same bytes); the batch fails.
+    (producer/retry_policy.py: a retry resends the same bytes); the batch fails.
     """
 
     code = 2

@@ -43,8 +43,8 @@ from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 
 from aiokprod._version import __version__
-from aiokprod.producer.batching.batch import RecordMetadata
-from aiokprod.producer.front.bulk import SendManyResult
+from aiokprod.producer.batch import RecordMetadata
+from aiokprod.producer.bulk import SendManyResult
 from aiokprod.producer.producer import Producer
 
 __all__ = [

@@ -1,5 +1,5 @@
 # Included by _speedups.pyx (one extension module, its source in files of one job each).
-# -- send()'s append into the open batch (aiokprod.producer.batching.batch.append_open's twin) ----------
+# -- send()'s append into the open batch (aiokprod.producer.batch.append_open's twin) ----------
 
 from cpython.list cimport PyList_GET_SIZE
 from cpython.object cimport PyObject_GetAttr, PyObject_SetAttr

@@ -4,7 +4,7 @@ the append into an open batch (``_open_batch.pxi``), send_many's keys by partiti
 (``_keys.pxi``) and its runs (``_bulk.pxi``), and the Arrow encoder (``_columnar.pxi``).
 
 Each function here has a pure-Python twin with the same behaviour where it is used
-(``aiokprod.producer.batching.partitioner``, ``aiokprod.records.builder``, ``aiokprod.producer.batching.batch``);
+(``aiokprod.producer.batching.partitioner``, ``aiokprod.records.builder``, ``aiokprod.producer.batch``);
 ``aiokprod._native`` picks one set at import time. The tests run the whole suite both ways
 (``AIOKPROD_NO_EXTENSIONS=1`` selects Python) and compare the twins on random input.
 """

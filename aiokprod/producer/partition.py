@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError
-from aiokprod.producer.idempotent.sequences import (
+from aiokprod.producer.retry_policy import Action, RetryDecision
+from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
     LEADER_STATE_IDLE_S,
     NO_PRODUCER_EPOCH,
@@ -39,10 +40,9 @@ from aiokprod.producer.idempotent.sequences import (
     last_sequence,
     sequence_precedes,
 )
-from aiokprod.producer.sending.retry_policy import Action, RetryDecision
 
 if TYPE_CHECKING:
-    from aiokprod.producer.batching.batch import ProducerBatch
+    from aiokprod.producer.batch import ProducerBatch
 
 __all__ = ["GIVE_UP_FIRST", "HOLD_BACKOFF", "HOLD_DOOMED", "HOLD_MUTED", "HOLD_PRODUCER_ID",
            "HOLD_SEQUENCE", "HOLD_TXN_CLOSED", "HOLD_TXN_JOIN", "HOLD_TXN_NEEDS_BUMP", "SEND",

@@ -45,11 +45,11 @@ from aiokprod.metrics import ProducerMetrics
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicMetadata
 from aiokprod.network.security import options_from_config
+from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.batching.accumulator import RecordAccumulator, estimate_record_size
-from aiokprod.producer.batching.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.batching.buffer_pool import BufferPool
 from aiokprod.producer.batching.partitioner import BuiltinPartitioner
-from aiokprod.producer.front.bulk import BulkDelivery, BulkProgress, SendManyResult
+from aiokprod.producer.bulk import BulkDelivery, BulkProgress, SendManyResult
 from aiokprod.producer.front.columnar_send import (
     RECORD_OVERHEAD,
     RowKeys,
@@ -58,6 +58,7 @@ from aiokprod.producer.front.columnar_send import (
 )
 from aiokprod.producer.front.send_many import bulk_bytes, check_bulk_sizes, group_by_partitioner
 from aiokprod.producer.front.sender_turns import SenderTurns
+from aiokprod.producer.front.transaction_api import TransactionalApi, send_refused
 from aiokprod.producer.front.validation import (
     BYTES_LIKE,
     check_headers,
@@ -68,7 +69,6 @@ from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.partition import Partitions
 from aiokprod.producer.sending.sender import Sender
 from aiokprod.producer.supervisor import Supervisor
-from aiokprod.producer.transactional.api import TransactionalApi, send_refused
 from aiokprod.producer.transactional.committed_offsets import fetch_committed_offsets
 from aiokprod.producer.transactional.coordinator import CoordinatorClient
 from aiokprod.producer.transactional.prepared import PreparedTransaction, complete_prepared

@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aiokprod.producer.front.bulk import SendManyResult
+from aiokprod.producer.bulk import SendManyResult
 from aiokprod.producer.producer import Producer
 from aiokprod.records.columnar import BinaryColumn, HeaderColumn
 from aiokprod.spark._options import SinkSettings

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from aiokprod._error_codes import ErrorCode
-from aiokprod.producer.idempotent.sequences import (
+from aiokprod.producer.sequences import (
     increment_sequence,
     last_sequence,
     sequence_precedes,

@@ -14,12 +14,12 @@ import pytest
 
 from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
+from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.batching.accumulator import RECORD_BOOKKEEPING_BYTES, RecordAccumulator
-from aiokprod.producer.batching.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.batching.buffer_pool import BufferPool
+from aiokprod.producer.batching.send_rules import SendRules
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.partition import Partitions
-from aiokprod.producer.sending.send_rules import SendRules
 from aiokprod.records import CompressionRatioEstimator, CompressionType, read_batches
 
 TOPIC = "t"

@@ -25,12 +25,12 @@ from aiokprod.producer.idempotent.producer_id_state import (
     ProducerIdState,
     next_state,
 )
-from aiokprod.producer.idempotent.sequences import (
+from aiokprod.producer.retry_policy import Action, classify
+from aiokprod.producer.sequences import (
     MAX_PRODUCER_EPOCH,
     MAX_SEQUENCE,
     sequence_precedes,
 )
-from aiokprod.producer.sending.retry_policy import Action, classify
 from support.batch_double import Batch
 from support.examples import examples
 from support.sim_broker import PARTITIONS, SimPartition

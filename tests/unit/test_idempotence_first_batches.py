@@ -14,8 +14,8 @@ from test_idempotence_reset import broker_forgets_us, retry, send
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import OutOfOrderSequenceNumberError
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
-from aiokprod.producer.idempotent.sequences import LEADER_STATE_IDLE_S
-from aiokprod.producer.sending.retry_policy import Action
+from aiokprod.producer.retry_policy import Action
+from aiokprod.producer.sequences import LEADER_STATE_IDLE_S
 from support.batch_double import Batch
 from support.verdicts import may_send
 

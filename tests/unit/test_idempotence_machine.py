@@ -47,19 +47,19 @@ from hypothesis.stateful import (
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import KafkaError, KafkaTimeoutError
 from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
+from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.batching.accumulator import RecordAccumulator
-from aiokprod.producer.batching.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.batching.buffer_pool import BufferPool
+from aiokprod.producer.batching.send_rules import SendRules
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.idempotent.producer_id import InitOutcome, ProducerIdRequester
-from aiokprod.producer.idempotent.sequences import (
+from aiokprod.producer.partition import Partitions
+from aiokprod.producer.sending.outcomes import BatchOutcomes
+from aiokprod.producer.sequences import (
     MAX_SEQUENCE,
     increment_sequence,
     sequence_precedes,
 )
-from aiokprod.producer.partition import Partitions
-from aiokprod.producer.sending.outcomes import BatchOutcomes
-from aiokprod.producer.sending.send_rules import SendRules
 from aiokprod.protocol import InitProducerIdResponse
 from support.examples import examples
 from support.sim_broker import PARTITIONS, SimBroker, _ProducerEntry

@@ -14,7 +14,7 @@ import math
 from aiokprod._error_codes import ErrorCode
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
-from aiokprod.producer.sending.retry_policy import Action
+from aiokprod.producer.retry_policy import Action
 from support.batch_double import Batch
 from support.verdicts import may_send
 

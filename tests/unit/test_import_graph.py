@@ -177,6 +177,24 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     assert upward == []
 
 
+def test_the_producer_folders_form_no_circle() -> None:
+    """``aiokprod/producer/`` is laid out by stage (docs/architecture.md): its folders and its
+    top-level modules, each taken as one room, import one another one way only, so that the
+    layout shows the order of the stages and the shared objects under them."""
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return ".".join(parts[:3]) if len(parts) > 2 and parts[1] == "producer" else None
+
+    rooms: dict[str, set[str]] = {}
+    for module, deps in GRAPH.items():
+        here = room(module)
+        if here is not None:
+            rooms.setdefault(here, set()).update(
+                r for r in map(room, deps) if r is not None and r != here)
+    assert len(rooms) > 8
+    assert _strongly_connected(rooms) == []
+
+
 def test_tools_do_not_import_the_tests() -> None:
     """``tools/`` is what builds and checks the package; reaching into ``tests/`` (its fixtures,
     through ``sys.path``) would make a tool depend on the suite it serves."""

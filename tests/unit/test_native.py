@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from aiokprod import _murmur2 as murmur2_module
 from aiokprod import _native
-from aiokprod.producer.batching import batch as batch_module
+from aiokprod.producer import batch as batch_module
 from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records import builder, record_encoding
 from support.examples import examples

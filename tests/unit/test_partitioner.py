@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from aiokprod._murmur2 import murmur2, partition_for_key, to_positive
 from aiokprod.config import ProducerConfig
+from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.batching.accumulator import RecordAccumulator
-from aiokprod.producer.batching.batch import ProducerBatch
 from aiokprod.producer.batching.buffer_pool import BufferPool
 from aiokprod.producer.batching.partitioner import BuiltinPartitioner
 from aiokprod.records import RecordBatchBuilder

@@ -13,14 +13,14 @@ import asyncio
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
+from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.batching.accumulator import RecordAccumulator
-from aiokprod.producer.batching.batch import ProducerBatch
 from aiokprod.producer.batching.buffer_pool import BufferPool
+from aiokprod.producer.batching.send_rules import SendRules
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
-from aiokprod.producer.idempotent.sequences import MAX_SEQUENCE
 from aiokprod.producer.partition import Partitions
-from aiokprod.producer.sending.retry_policy import Action
-from aiokprod.producer.sending.send_rules import SendRules
+from aiokprod.producer.retry_policy import Action
+from aiokprod.producer.sequences import MAX_SEQUENCE
 from aiokprod.records import read_batches
 
 TOPIC = "t"

@@ -8,7 +8,7 @@ import pytest
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
-from aiokprod.producer.sending.retry_policy import RULES, Action, classify, rule_for
+from aiokprod.producer.retry_policy import RULES, Action, classify, rule_for
 
 E = ErrorCode
 

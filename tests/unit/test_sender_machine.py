@@ -31,8 +31,8 @@ from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import KafkaError
 from aiokprod.network.cluster import Cluster
+from aiokprod.producer.batch import RecordMetadata
 from aiokprod.producer.batching.accumulator import RecordAccumulator
-from aiokprod.producer.batching.batch import RecordMetadata
 from aiokprod.producer.batching.buffer_pool import BufferPool
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.partition import Partitions

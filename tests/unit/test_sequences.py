@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiokprod.errors import IllegalStateError
-from aiokprod.producer.idempotent.sequences import (
+from aiokprod.producer.partition import PartitionProducer
+from aiokprod.producer.sequences import (
     MAX_SEQUENCE,
     InFlightEntry,
     SequencedBatch,
@@ -17,7 +18,6 @@ from aiokprod.producer.idempotent.sequences import (
     sequence_distance,
     sequence_precedes,
 )
-from aiokprod.producer.partition import PartitionProducer
 from support.batch_double import Batch
 
 

@@ -228,7 +228,7 @@ def test_epoch_exhaustion_at_end_txn_moves_to_the_new_producer_id() -> None:
 
     from aiokprod.producer.idempotent.idempotence import IdempotenceManager
     from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
-    from aiokprod.producer.idempotent.sequences import MAX_PRODUCER_EPOCH
+    from aiokprod.producer.sequences import MAX_PRODUCER_EPOCH
     from support.batch_double import Batch
 
     idem = IdempotenceManager(transactional=True, bump_via_init_producer_id=True)

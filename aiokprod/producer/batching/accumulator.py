@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import ClusterView
-from aiokprod.producer.batching.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
-from aiokprod.producer.batching.batch import append_open as _append_open
+from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetadata
+from aiokprod.producer.batch import append_open as _append_open
 from aiokprod.producer.batching.batch_split import split_refused
+from aiokprod.producer.batching.send_rules import SendRules
 from aiokprod.producer.partition import GIVE_UP_FIRST, PartitionProducer, Partitions
-from aiokprod.producer.sending.send_rules import SendRules
 from aiokprod.records import (
     CompressionRatioEstimator,
     CompressionType,
@@ -38,7 +38,7 @@ from aiokprod.records.columnar import ColumnarRows
 
 if TYPE_CHECKING:
     from aiokprod.producer.batching.buffer_pool import BufferPool
-    from aiokprod.producer.front.bulk import BulkDelivery
+    from aiokprod.producer.bulk import BulkDelivery
 
 __all__ = ["AccumulatorStatistics", "ReadyCheck", "RecordAccumulator", "estimate_record_size"]
 

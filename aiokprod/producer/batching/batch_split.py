@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aiokprod.producer.batching.batch import ProducerBatch
+from aiokprod.producer.batch import ProducerBatch
 from aiokprod.records import (
     CompressionRatioEstimator,
     CompressionType,
@@ -18,7 +18,7 @@ from aiokprod.records import (
 )
 
 if TYPE_CHECKING:
-    from aiokprod.producer.front.bulk import BulkDelivery
+    from aiokprod.producer.bulk import BulkDelivery
 
 __all__ = ["split_refused"]
 

@@ -1,4 +1,4 @@
-"""What a send call does to its records before they are queued: the checks on its input, the bulk
-paths' conversions (``send_many``, ``send_columns``) and their results, and when a tight send
-loop lets the sender run.
+"""What a call does before anything is queued: the checks on a send's input, the bulk paths'
+conversions (``send_many``, ``send_columns``), when a tight send loop lets the sender run, and
+the work of the Producer's transaction methods.
 """

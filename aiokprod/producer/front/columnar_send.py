@@ -24,7 +24,7 @@ from typing import overload
 from aiokprod.config import ProducerConfig
 from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.batching.partitioner import BuiltinPartitioner
-from aiokprod.producer.front.bulk import BulkDelivery, SendManyResult
+from aiokprod.producer.bulk import BulkDelivery, SendManyResult
 from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records.columnar import BinaryColumn, ColumnarRows
 

@@ -39,15 +39,15 @@ from aiokprod.producer.idempotent.producer_id_state import (
     ProducerIdHolder,
     ProducerIdState,
 )
-from aiokprod.producer.idempotent.sequences import (
+from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions, SendFacts
+from aiokprod.producer.retry_policy import Action, RetryDecision, classify
+from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
     NO_PRODUCER_ID,
     InFlightEntry,
     SequencedBatch,
     TopicPartitionLike,
 )
-from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions, SendFacts
-from aiokprod.producer.sending.retry_policy import Action, RetryDecision, classify
 
 __all__ = ["IdempotenceManager", "IdempotenceStatistics"]
 

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokprod.errors import IllegalStateError
-from aiokprod.producer.idempotent.sequences import (
+from aiokprod.producer.partition import Partitions
+from aiokprod.producer.sequences import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
 )
-from aiokprod.producer.partition import Partitions
 
 __all__ = [
     "TRANSITIONS",

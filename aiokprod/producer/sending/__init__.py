@@ -1,3 +1,3 @@
-"""Batches to brokers: the sender task, one Produce request and its answer, what each outcome does,
-the retry policy, the sender's sleep and the steps around each partition's verdict in a drain.
+"""Batches to brokers: the sender task, one Produce request and its answer, what each outcome does
+to its batch and partition, and the sender's sleep.
 """

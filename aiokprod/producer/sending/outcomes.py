@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import RecordTooLargeError
+from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.batching.accumulator import RecordAccumulator
-from aiokprod.producer.batching.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
-from aiokprod.producer.sending.retry_policy import Action, classify
+from aiokprod.producer.retry_policy import Action, classify
 
 if TYPE_CHECKING:
     from aiokprod.producer.transactional.transaction_manager import TransactionManager

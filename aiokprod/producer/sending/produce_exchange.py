@@ -24,7 +24,7 @@ from aiokprod.errors import KafkaConnectionError, KafkaError, error_for_code
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
 from aiokprod.network.metadata import BrokerNode, TopicPartition
-from aiokprod.producer.batching.batch import ProducerBatch
+from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.sending.outcomes import BatchOutcomes
 from aiokprod.protocol import ProduceRequest, ProduceResponse

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 from aiokprod.errors import ProducerClosedError
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicPartition
+from aiokprod.producer.batch import ProducerBatch, RecordMetadata
 from aiokprod.producer.batching.accumulator import RecordAccumulator
-from aiokprod.producer.batching.batch import ProducerBatch, RecordMetadata
+from aiokprod.producer.batching.send_rules import SendRules
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.idempotent.producer_id import ProducerIdRequester, init_on_any_broker
 from aiokprod.producer.sending.outcomes import BatchOutcomes
 from aiokprod.producer.sending.produce_exchange import ProduceExchange
-from aiokprod.producer.sending.send_rules import SendRules
 from aiokprod.producer.sending.waker import Waker
 
 if TYPE_CHECKING:

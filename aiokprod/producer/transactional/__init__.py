@@ -1,4 +1,4 @@
 """The transactional producer (docs/transactions.md): the transaction state machine and the
 partitions in it, the requests to its coordinators, ending a transaction (also one prepared by
-another producer), the consumer group's offsets, and the Producer's transaction methods' work.
+another producer) and the consumer group's offsets.
 """

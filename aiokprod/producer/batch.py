@@ -19,7 +19,7 @@ from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records import RecordBatchBuilder, restamp
 
 if TYPE_CHECKING:
-    from aiokprod.producer.front.bulk import BulkDelivery
+    from aiokprod.producer.bulk import BulkDelivery
 
 __all__ = ["DELIVERY_STRIDE", "ProducerBatch", "RecordMetadata"]
 

@@ -31,7 +31,7 @@ from aiokprod.producer.partition import (
 )
 
 if TYPE_CHECKING:
-    from aiokprod.producer.batching.batch import ProducerBatch
+    from aiokprod.producer.batch import ProducerBatch
     from aiokprod.producer.idempotent.idempotence import IdempotenceManager
     from aiokprod.producer.transactional.transaction_manager import TransactionManager
 
