@@ -1,7 +1,8 @@
 """A Spark driver that dies during the sink's commit: run as a script, in a process of its own.
 
 ``python spark_driver_dies.py BOOTSTRAP TOPIC WRITE_ID ROWS`` writes ``ROWS`` string values in 2
-Spark partitions through the exactly-once sink with ``transactional.write.id`` = WRITE_ID.
+Spark partitions, each to the Kafka partition of its number, through the exactly-once sink with
+``transactional.write.id`` = WRITE_ID.
 The driver's commit commits partition 0's transaction, then SIGKILLs the driver's JVM — the
 process that holds the SparkContext, found as the commit worker's nearest ``java`` ancestor —
 and exits: no ``abort()`` runs, partition 1's transaction stays open. The test that runs this
@@ -55,7 +56,11 @@ def main(bootstrap: str, topic: str, write_id: str, rows: int) -> None:
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
              .getOrCreate())
     spark.dataSource.register(DriverDies)
-    (spark.range(0, rows, 1, 2).selectExpr("cast(id as string) as value")
+    # each Spark partition writes its own Kafka partition: partition 1's transaction, left
+    # open by the death, then holds back only Kafka partition 1 at read_committed (its last
+    # stable offset), not partition 0's committed rows, wherever the two tasks' records fell
+    (spark.range(0, rows, 1, 2)
+     .selectExpr("cast(id as string) as value", "spark_partition_id() as partition")
      .write.format("aiokprod-driver-dies")
      .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
      .option("transactional", "true").option("transactional.write.id", write_id)
