@@ -15,7 +15,11 @@ import pytest
 from aiokprod.errors import KafkaTimeoutError
 from aiokprod.network.metadata import BrokerNode, ClusterView, PartitionMetadata, TopicMetadata
 from aiokprod.producer.batch import ProducerBatch, RecordMetadata
-from aiokprod.producer.batching.accumulator import RECORD_BOOKKEEPING_BYTES, RecordAccumulator
+from aiokprod.producer.batching.accumulator import (
+    NO_RULES,
+    RECORD_BOOKKEEPING_BYTES,
+    RecordAccumulator,
+)
 from aiokprod.producer.batching.buffer_pool import BufferPool
 from aiokprod.producer.batching.send_rules import SendRules
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
@@ -83,13 +87,8 @@ class Harness:
             self.append(partition, topic=topic)
 
     def drain(self, view: ClusterView, node: int = 1, max_request_size: int = 1 << 20, *,
-              rules: SendRules | None = None) -> list[ProducerBatch]:
-        if rules is None:
-            drained = self.acc.drain(view, [node], max_request_size, self.clock.now)
-        else:
-            rules.before_drain(self.clock.now)
-            drained = self.acc.drain(view, [node], max_request_size, self.clock.now, rules)
-            rules.after_drain()
+              rules: SendRules = NO_RULES) -> list[ProducerBatch]:
+        drained = self.acc.drain(view, [node], max_request_size, self.clock.now, rules)
         return drained.get(node, [])
 
 

@@ -151,9 +151,7 @@ class Harness:
     def drain(self) -> list[ProducerBatch]:
         """Sender._run_once's drain, and the batches going out in one request."""
         now = self.clock.now
-        self.rules.before_drain(now)
         drained = self.acc.drain(self.view, [NODE], 1 << 20, now, self.rules)
-        self.rules.after_drain()
         batches = drained.get(NODE, [])
         self.outcomes.sent(NODE, batches, now)
         return batches

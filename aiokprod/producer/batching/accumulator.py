@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from aiokprod.producer.batching.buffer_pool import BufferPool
     from aiokprod.producer.bulk import BulkDelivery
 
-__all__ = ["AccumulatorStatistics", "ReadyCheck", "RecordAccumulator", "estimate_record_size"]
+__all__ = ["NO_RULES", "AccumulatorStatistics", "ReadyCheck", "RecordAccumulator",
+           "estimate_record_size"]
 
 # The rules of a producer that is neither idempotent nor transactional: they ask nothing.
 NO_RULES = SendRules()
@@ -471,9 +472,9 @@ class RecordAccumulator:
 
         Each partition's head goes if its verdict says so (``PartitionProducer.verdict``, the
         one place that decides); ``rules`` runs the steps around the question (idempotence,
-        the transaction: ``SendRules``). The caller runs ``rules.before_drain`` before and
-        ``rules.after_drain`` after.
+        the transaction: ``SendRules``), ``before_drain`` first and ``after_drain`` last.
         """
+        rules.before_drain(now)
         by_node = self._partitions_by_node(view)
         guarantee_order = self.guarantee_order
         facts = rules.facts
@@ -514,6 +515,7 @@ class RecordAccumulator:
                 self._node_rotation[node] = (start + 1) % n
             if taken:
                 result[node] = taken
+        rules.after_drain()  # what the holds ask: AddPartitionsToTxn, an abortable transaction
         return result
 
     def _partitions_by_node(self, view: ClusterView

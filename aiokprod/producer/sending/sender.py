@@ -238,10 +238,7 @@ class Sender:
             nodes.append(node)
         if not nodes:
             return delay
-        rules = self._rules
-        rules.before_drain(now)
-        drained = acc.drain(view, nodes, self._max_request_size, now, rules)
-        rules.after_drain()  # what the holds ask: AddPartitionsToTxn, an abortable transaction
+        drained = acc.drain(view, nodes, self._max_request_size, now, self._rules)
         send = self._exchange.send
         for node, batches in drained.items():
             send(node, batches, now)
