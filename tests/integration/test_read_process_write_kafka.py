@@ -44,8 +44,8 @@ async def _fill(bootstrap: str, topic: str, count: int) -> list[bytes]:
 
 
 def _copier(bootstrap: str, source: str, sink: str, group: str, consumer: str,
-            instance: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, COPIER_INSTANCE=instance, COPIER_IDLE_S="3")
+            instance: str, idle_s: int = 3) -> subprocess.Popen[str]:
+    env = dict(os.environ, COPIER_INSTANCE=instance, COPIER_IDLE_S=str(idle_s))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return subprocess.Popen([sys.executable, str(EXAMPLE), bootstrap, source, sink, group,
                              consumer], env=env, stdout=subprocess.PIPE,
@@ -107,7 +107,9 @@ def test_a_copier_killed_mid_way_and_restarted_copies_every_record_once(
     group = f"copier-{uuid.uuid4().hex[:8]}"
     instance = f"{group}-1"
 
-    first = _copier(kafka.bootstrap, source, sink, group, consumer, instance)
+    # stopped (SIGSTOP) while the readers look, up to 7 s at a time, and always killed: its idle
+    # exit would count the stop as idleness and end it before it can be caught mid-way
+    first = _copier(kafka.bootstrap, source, sink, group, consumer, instance, idle_s=300)
     try:
         committed = _stop_in_an_open_transaction(first, kafka.bootstrap, sink, 600,
                                                  timeout=90)
