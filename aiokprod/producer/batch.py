@@ -20,6 +20,7 @@ from aiokprod.records import RecordBatchBuilder, restamp
 
 if TYPE_CHECKING:
     from aiokprod.producer.bulk import BulkDelivery
+    from aiokprod.producer.partition import PartitionProducer
 
 __all__ = ["DELIVERY_STRIDE", "ProducerBatch", "RecordMetadata"]
 
@@ -46,30 +47,29 @@ class ProducerBatch:
         "last_attempt_at",
         "leader_epoch",
         "on_wire",
-        "partition",
+        "owner",
         "producer_epoch",
         "producer_id",
         "queued",
         "retry_at",
         "sealed",
         "segments",
-        "topic",
         "transactional",
         "ts_base",
     )
 
     def __init__(
         self,
-        topic: str,
-        partition: int,
+        owner: PartitionProducer[ProducerBatch],
         buffer: bytearray,
         buffer_size: int,
         builder: RecordBatchBuilder,
         now: float,
         ts_base: int,
     ) -> None:
-        self.topic = topic
-        self.partition = partition
+        # the partition whose queue holds it, from its first append to its release: every
+        # outcome of the batch is its partition's to record, found without a lookup by name
+        self.owner = owner
         self.buffer = buffer  # pooled memory, returned to the pool when the batch is done
         # what the pool accounted for it: record bytes, plus bookkeeping blocks (see below)
         self.buffer_size = buffer_size
@@ -113,6 +113,14 @@ class ProducerBatch:
         self.transactional = False
         self.done = False  # completed or failed: nothing may touch its futures again
         self.final_state: str | None = None  # "succeeded" | "failed" | "aborted", for repr/tests
+
+    @property
+    def topic(self) -> str:
+        return self.owner.topic
+
+    @property
+    def partition(self) -> int:
+        return self.owner.partition
 
     # ---- filling ---------------------------------------------------------------------------
 
@@ -179,12 +187,13 @@ class ProducerBatch:
             return
         self.done = True
         self.final_state = "succeeded"
-        _complete_deliveries(self.deliveries, self.topic, self.partition, base_offset,
+        owner = self.owner
+        _complete_deliveries(self.deliveries, owner.topic, owner.partition, base_offset,
                              log_append_time, self.ts_base, on_ack, RecordMetadata,
                              _call_interceptor)
         if self.segments is not None:
             for bulk, position, count, delta in self.segments:
-                bulk.segment_done(position, count, self.partition,
+                bulk.segment_done(position, count, owner.partition,
                                   base_offset + delta if base_offset >= 0 else -1,
                                   log_append_time)
         self._wake_waiters()

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Any, Generic, Protocol, TypeVar
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod.errors import IllegalStateError, OutOfOrderSequenceNumberError
@@ -41,13 +41,10 @@ from aiokprod.producer.sequences import (
     sequence_precedes,
 )
 
-if TYPE_CHECKING:
-    from aiokprod.producer.batch import ProducerBatch
-
 __all__ = ["GIVE_UP_FIRST", "HOLD_BACKOFF", "HOLD_DOOMED", "HOLD_MUTED", "HOLD_PRODUCER_ID",
            "HOLD_SEQUENCE", "HOLD_TXN_CLOSED", "HOLD_TXN_JOIN", "HOLD_TXN_NEEDS_BUMP", "SEND",
            "TXN_ADDED", "TXN_ADDING", "TXN_NONE", "TXN_PENDING", "Outcome", "PartitionProducer",
-           "Partitions", "SendFacts"]
+           "Partitions", "QueuedBatch", "SendFacts"]
 
 # How far a partition got into the open transaction (``PartitionProducer.txn_stage``)
 TXN_NONE = 0  # not part of it
@@ -56,6 +53,23 @@ TXN_ADDING = 2  # in the AddPartitionsToTxn on the wire
 TXN_ADDED = 3  # accepted by the coordinator (or added implicitly, KIP-890): its batches may go
 
 Doomed = list[tuple[InFlightEntry, BaseException]]
+
+
+class QueuedBatch(SequencedBatch, Protocol):
+    """What a partition reads of the batches it queues (``producer.batch.ProducerBatch``;
+    the idempotence tests' stand-in). A batch refers to the partition that holds it, so
+    whoever has the batch has its partition, without a lookup by topic and number."""
+
+    owner: PartitionProducer[Any]
+    # waiting to be drained (True), or drained and not answered yet
+    queued: bool
+    # a retry's backoff: not sendable before this monotonic time, unless the partition's
+    # leader changed since its last attempt, drained under ``leader_epoch``
+    retry_at: float
+    leader_epoch: int
+
+
+B = TypeVar("B", bound=QueuedBatch)
 
 # What ``PartitionProducer.verdict`` says of a partition's head batch: it goes (0), or why it
 # waits. Only three holds ask something of the producer after the drain (``SendRules``):
@@ -116,7 +130,7 @@ NOTHING = Outcome()
 
 
 @dataclass(eq=False, slots=True)
-class PartitionProducer:
+class PartitionProducer(Generic[B]):
     """Everything the producer holds for one partition -- its queue of batches, the requests
     carrying its batches, the idempotent producer's sequences, window and unresolved batches
     (docs/idempotence.md, "Where a partition's state lives") -- and the rules and outcomes of
@@ -137,7 +151,7 @@ class PartitionProducer:
     # released, so the order they were numbered in is this order. Batches before
     # ``drain_index`` are all drained (on the wire or awaiting an answer); a retry rewinds the
     # cursor to itself instead of being re-inserted (docs/idempotence.md 8b).
-    batches: deque[ProducerBatch] = field(default_factory=deque)
+    batches: deque[B] = field(default_factory=deque)
     # The drain cursor into ``batches`` (franz-go's batchDrainIdx): the next batch to drain is
     # the first at or after it that is waiting (``ProducerBatch.queued``).
     drain_index: int = 0
@@ -243,7 +257,7 @@ class PartitionProducer:
 
     # ---- the queue and its drain cursor ----------------------------------------------------
 
-    def head(self) -> ProducerBatch | None:
+    def head(self) -> B | None:
         """The next batch to drain, or None. The cursor moves past batches still awaiting an
         answer (after a rewind, later batches may still be on the wire)."""
         batches = self.batches
@@ -254,18 +268,18 @@ class PartitionProducer:
         self.drain_index = i
         return batches[i] if i < n else None
 
-    def take_head(self, batch: ProducerBatch) -> None:
+    def take_head(self, batch: B) -> None:
         """``batch``, the head its verdict let go, is drained: the cursor moves past it. It
         stays in the queue until answered (a retry rewinds the cursor to it)."""
         self.drain_index += 1
         batch.queued = False
 
-    def waiting(self) -> list[ProducerBatch]:
+    def waiting(self) -> list[B]:
         """The batches waiting to be drained, in drain order."""
         batches = self.batches
         return [batches[i] for i in range(self.drain_index, len(batches)) if batches[i].queued]
 
-    def take_waiting(self) -> list[ProducerBatch]:
+    def take_waiting(self) -> list[B]:
         """Take every waiting batch out (an abort), in one pass; drained ones stay."""
         waiting = self.waiting()
         if waiting:
@@ -273,7 +287,7 @@ class PartitionProducer:
             self.drain_index = len(self.batches)
         return waiting
 
-    def put_back(self, batch: ProducerBatch) -> None:
+    def put_back(self, batch: B) -> None:
         """A drained batch waits again (a retry, a split part, not sent after all): the
         cursor rewinds to it, so it goes before every batch after it and keeps its place
         among the drained ones. A batch the queue does not hold goes first among the waiting."""
@@ -285,7 +299,7 @@ class PartitionProducer:
             return
         self.drain_index = min(self.drain_index, index)
 
-    def discard(self, batch: ProducerBatch) -> bool:
+    def discard(self, batch: B) -> bool:
         """Take ``batch`` out of the queue (answered, failed, expired, given up on)."""
         batches = self.batches
         if batches and batches[0] is batch:
@@ -301,7 +315,7 @@ class PartitionProducer:
             self.drain_index -= 1
         return True
 
-    def replace_batch(self, old: ProducerBatch, new: list[ProducerBatch]) -> None:
+    def replace_batch(self, old: B, new: list[B]) -> None:
         """A split: the parts take ``old``'s place in the queue, waiting (``put_back``)."""
         index = self.batches.index(old)
         del self.batches[index]
@@ -424,7 +438,7 @@ class PartitionProducer:
 
     # ---- the sending rules of one partition (docs/idempotence.md steps 2, 8b; F1) -----------
 
-    def verdict(self, batch: ProducerBatch, now: float, leader_epoch: int,
+    def verdict(self, batch: B, now: float, leader_epoch: int,
                 guarantee_order: bool, facts: SendFacts) -> int:
         """May ``batch``, this partition's head, go now? SEND, or the HOLD_* saying why not.
 
@@ -787,7 +801,7 @@ class PartitionProducer:
         return doomed
 
 
-class Partitions:
+class Partitions(Generic[B]):
     """The producer's partitions by topic, then partition number.
 
     ``by_topic`` is read directly on the append path (two dict lookups per record, as
@@ -798,10 +812,10 @@ class Partitions:
     __slots__ = ("by_topic", "created")
 
     def __init__(self) -> None:
-        self.by_topic: dict[str, dict[int, PartitionProducer]] = {}
+        self.by_topic: dict[str, dict[int, PartitionProducer[B]]] = {}
         self.created = 0
 
-    def get(self, topic: str, partition: int) -> PartitionProducer:
+    def get(self, topic: str, partition: int) -> PartitionProducer[B]:
         """The partition's object, created on first use."""
         parts = self.by_topic.get(topic)
         if parts is None:
@@ -812,7 +826,7 @@ class Partitions:
             self.created += 1
         return p
 
-    def find(self, topic: str, partition: int) -> PartitionProducer | None:
+    def find(self, topic: str, partition: int) -> PartitionProducer[B] | None:
         parts = self.by_topic.get(topic)
         return parts.get(partition) if parts is not None else None
 
@@ -824,7 +838,7 @@ class Partitions:
                 del self.by_topic[topic]
             self.created += 1  # a cache over them is stale too
 
-    def __iter__(self) -> Iterator[PartitionProducer]:
+    def __iter__(self) -> Iterator[PartitionProducer[B]]:
         for parts in self.by_topic.values():
             yield from parts.values()
 

@@ -209,7 +209,7 @@ class Producer:
         retry_backoff = ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms)
         # one object per partition, shared: the accumulator queues its batches, idempotence
         # numbers them, the sender counts its requests (producer/partition.py)
-        partitions = Partitions()
+        partitions: Partitions[ProducerBatch] = Partitions()
         self._acc = RecordAccumulator(
             pool=self._pool, batch_size=cfg.batch_size, linger_ms=cfg.linger_ms,
             delivery_timeout_ms=cfg.delivery_timeout_ms, compression=self._compression,

@@ -104,7 +104,7 @@ class TopicPartitionLike(Protocol):
 
 
 @runtime_checkable
-class SequencedBatch(Protocol):
+class SequencedBatch(TopicPartitionLike, Protocol):
     """What idempotence needs from the sender's batch objects (``producer.batch.ProducerBatch``).
 
     ``base_sequence`` is -1 until the first drain assigns one and is kept across retries unless
@@ -112,8 +112,6 @@ class SequencedBatch(Protocol):
     header, so a restamped batch goes out with its new producer id, epoch and sequence.
     """
 
-    topic: str
-    partition: int
     base_sequence: int
     producer_id: int
     producer_epoch: int

@@ -31,7 +31,7 @@ from aiokprod.producer.sequences import (
     MAX_SEQUENCE,
     sequence_precedes,
 )
-from support.batch_double import Batch
+from support.batch_double import Batch, new_table
 from support.examples import examples
 from support.sim_broker import PARTITIONS, SimPartition
 from support.verdicts import may_send
@@ -77,7 +77,7 @@ def state(m: IdempotenceManager) -> ProducerIdState:
 
 def ready(pid: int = PID, epoch: int = 0, *, pipelined: bool = True,
           clock: Clock | None = None, **kw: Any) -> IdempotenceManager:
-    m = IdempotenceManager(clock=clock or Clock(), **kw)
+    m = IdempotenceManager(partitions=new_table(), clock=clock or Clock(), **kw)
     assert m.needs_producer_id()
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(pid, epoch)
@@ -141,7 +141,7 @@ def test_fatal_is_a_dead_end() -> None:
 
 
 def test_the_manager_raises_on_an_illegal_event() -> None:
-    m = IdempotenceManager()
+    m = IdempotenceManager(partitions=new_table())
     with pytest.raises(IllegalStateError):
         m.on_producer_id(1, 0)  # no InitProducerId was sent
     m = ready()
@@ -154,7 +154,7 @@ def test_the_manager_raises_on_an_illegal_event() -> None:
 # ---- producer id ------------------------------------------------------------------------
 
 def test_nothing_is_sent_before_a_producer_id() -> None:
-    m = IdempotenceManager()
+    m = IdempotenceManager(partitions=new_table())
     b = Batch()
     assert not may_send(m, b)
     with pytest.raises(IllegalStateError):
@@ -168,7 +168,7 @@ def test_nothing_is_sent_before_a_producer_id() -> None:
 
 
 def test_retriable_init_failure_retries_and_fatal_one_stops() -> None:
-    m = IdempotenceManager()
+    m = IdempotenceManager(partitions=new_table())
     m.init_producer_id_params()
     m.on_init_producer_id_failed(KafkaConnectionError("reset"))
     assert state(m) is S.UNINITIALIZED and m.needs_producer_id()
@@ -180,7 +180,7 @@ def test_retriable_init_failure_retries_and_fatal_one_stops() -> None:
 
 
 def test_invalid_producer_id_from_the_broker_is_refused() -> None:
-    m = IdempotenceManager()
+    m = IdempotenceManager(partitions=new_table())
     m.init_producer_id_params()
     with pytest.raises(ValueError):
         m.on_producer_id(-1, 0)
@@ -758,12 +758,12 @@ def test_in_flight_limit_learned_from_responses_and_reset_on_leader_change() -> 
     first = batches(5)
     send(m, *first)
     assert not may_send(m, tp) and not may_send(m, Batch())  # default window: 5
-    m.on_response_batches_to_retain(tp, 20)
+    m.on_response_batches_to_retain(m.partition_state(tp), 20)
     more = batches(15)
     send(m, *more)
     assert not may_send(m, tp)
-    m.on_response_batches_to_retain(tp, 0)  # nonsense is ignored
-    m.on_response_batches_to_retain(tp, -3)
+    m.on_response_batches_to_retain(m.partition_state(tp), 0)  # nonsense is ignored
+    m.on_response_batches_to_retain(m.partition_state(tp), -3)
     assert m.partition_state(tp).in_flight_limit == 20
     m.on_leader_change(tp)
     assert m.partition_state(tp).in_flight_limit == 5
@@ -776,7 +776,7 @@ def test_in_flight_limit_learned_from_responses_and_reset_on_leader_change() -> 
 
 def test_the_limit_is_per_partition() -> None:
     m = ready()
-    m.on_response_batches_to_retain(TP("t", 1), 8)
+    m.on_response_batches_to_retain(m.partition_state(TP("t", 1)), 8)
     send(m, *batches(5, partition=0))
     send(m, *batches(8, partition=1))
     assert not may_send(m, TP("t", 0)) and not may_send(m, TP("t", 1))
@@ -938,7 +938,7 @@ class IdempotenceMachine(RuleBasedStateMachine):
     @rule(p=st.sampled_from(PARTITIONS), window=st.integers(5, 8))
     def broker_announces_window(self, p: int, window: int) -> None:
         self.brokers[p].window = window
-        self.m.on_response_batches_to_retain(TP("t", p), window)
+        self.m.on_response_batches_to_retain(self.m.partition_state(TP("t", p)), window)
 
     @rule(p=st.sampled_from(PARTITIONS))
     def leader_changes(self, p: int) -> None:

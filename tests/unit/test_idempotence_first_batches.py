@@ -16,7 +16,7 @@ from aiokprod.errors import OutOfOrderSequenceNumberError
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.retry_policy import Action
 from aiokprod.producer.sequences import LEADER_STATE_IDLE_S
-from support.batch_double import Batch
+from support.batch_double import Batch, new_table
 from support.verdicts import may_send
 
 E = ErrorCode
@@ -24,7 +24,7 @@ E = ErrorCode
 
 def fresh_manager() -> IdempotenceManager:
     """As the producer's (KIP-360 bumps), with no batch acknowledged anywhere yet."""
-    m = IdempotenceManager(bump_via_init_producer_id=True)
+    m = IdempotenceManager(partitions=new_table(), bump_via_init_producer_id=True)
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(1, 0)
     return m
@@ -196,7 +196,8 @@ def test_a_partition_idle_past_the_limit_sends_its_next_batches_one_at_a_time_ag
     producer.id.expiration.ms, and then takes any first sequence again: after
     LEADER_STATE_IDLE_S holding nothing, the gate closes until the next acknowledgement."""
     now = [100.0]
-    m = IdempotenceManager(bump_via_init_producer_id=True, clock=lambda: now[0])
+    m = IdempotenceManager(partitions=new_table(), bump_via_init_producer_id=True,
+                           clock=lambda: now[0])
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(1, 0)
     acknowledged_first(m)

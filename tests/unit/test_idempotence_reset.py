@@ -15,7 +15,7 @@ from aiokprod._error_codes import ErrorCode
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
 from aiokprod.producer.retry_policy import Action
-from support.batch_double import Batch
+from support.batch_double import Batch, new_table
 from support.verdicts import may_send
 
 E = ErrorCode
@@ -24,7 +24,7 @@ S = ProducerIdState
 
 def kip360_manager() -> IdempotenceManager:
     """Like the producer's: bumps are asked of the broker (KIP-360)."""
-    m = IdempotenceManager(bump_via_init_producer_id=True)
+    m = IdempotenceManager(partitions=new_table(), bump_via_init_producer_id=True)
     assert m.init_producer_id_params() == (-1, -1)
     m.on_producer_id(1, 0)
     for partition in range(2):  # as after a first acknowledged batch: pipelined from the start

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from aiokprod import _murmur2 as murmur2_module
 from aiokprod import _native
 from aiokprod.producer import batch as batch_module
+from aiokprod.producer.partition import PartitionProducer
 from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records import builder, record_encoding
 from support.examples import examples
@@ -185,8 +186,8 @@ async def test_open_batch_append_twins_agree(records: list[tuple[int, bytes | No
     def open_batch() -> batch_module.ProducerBatch:
         buffer = bytearray()
         made = batch_module.ProducerBatch(
-            "t", 0, buffer, 0, builder.RecordBatchBuilder(buffer, write_limit=write_limit),
-            0.0, ts_base)
+            PartitionProducer("t", 0), buffer, 0,
+            builder.RecordBatchBuilder(buffer, write_limit=write_limit), 0.0, ts_base)
         made.covered_slots = covered * batch_module.DELIVERY_STRIDE
         return made
 

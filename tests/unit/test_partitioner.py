@@ -20,6 +20,7 @@ from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.batching.accumulator import RecordAccumulator
 from aiokprod.producer.batching.buffer_pool import BufferPool
 from aiokprod.producer.batching.partitioner import BuiltinPartitioner
+from aiokprod.producer.partition import PartitionProducer
 from aiokprod.records import RecordBatchBuilder
 
 # Values of org.apache.kafka.common.utils.Utils.murmur2 (signed, as Java returns them).
@@ -161,7 +162,7 @@ def _batch(partition: int, records: int) -> ProducerBatch:
     builder = RecordBatchBuilder(bytearray(), write_limit=1024)
     for _ in range(records):
         assert builder.try_append(TS, None, b"v" * 100)
-    return ProducerBatch(TOPIC, partition, bytearray(), 1024, builder, 0.0, TS)
+    return ProducerBatch(PartitionProducer(TOPIC, partition), bytearray(), 1024, builder, 0.0, TS)
 
 
 def test_switch_waits_for_the_last_batch_to_fill_up_to_twice_batch_size() -> None:

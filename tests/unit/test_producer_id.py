@@ -13,7 +13,7 @@ from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.idempotent.producer_id import InitOutcome, ProducerIdRequester
 from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
 from aiokprod.protocol import InitProducerIdRequest, InitProducerIdResponse
-from support.batch_double import Batch
+from support.batch_double import Batch, new_table
 from support.verdicts import may_send
 
 E = ErrorCode
@@ -35,7 +35,8 @@ def _ok(pid: int, epoch: int = 0) -> InitProducerIdResponse:
 
 
 def _ready(transactional: bool) -> tuple[IdempotenceManager, ProducerIdRequester]:
-    idem = IdempotenceManager(bump_via_init_producer_id=True, transactional=transactional,
+    idem = IdempotenceManager(partitions=new_table(), bump_via_init_producer_id=True,
+                              transactional=transactional,
                               backoff=ExponentialBackoff(200, 800, jitter=0))
     requester = ProducerIdRequester(idem, transactional_id="tx" if transactional else None,
                                     transaction_timeout_ms=60_000)
@@ -85,7 +86,7 @@ def test_a_broker_without_v3_is_asked_for_a_fresh_id_instead_of_a_bump() -> None
 
 def test_a_failing_version_is_followed_by_the_next_lower_one_then_failure() -> None:
     for transactional in (False, True):
-        idem = IdempotenceManager(bump_via_init_producer_id=True)
+        idem = IdempotenceManager(partitions=new_table(), bump_via_init_producer_id=True)
         requester = ProducerIdRequester(idem, transactional_id="tx" if transactional else None,
                                         transaction_timeout_ms=60_000)
         conn = Versions(2, 4)
@@ -110,7 +111,7 @@ def test_retriable_errors_wait_the_configured_backoff_growing_to_its_maximum() -
 
 def test_authorization_failures_are_fatal_for_both() -> None:
     for transactional in (False, True):
-        idem = IdempotenceManager(bump_via_init_producer_id=True)
+        idem = IdempotenceManager(partitions=new_table(), bump_via_init_producer_id=True)
         requester = ProducerIdRequester(idem, transactional_id="tx" if transactional else None,
                                         transaction_timeout_ms=60_000)
         requester.take_params()

@@ -26,7 +26,7 @@ from aiokprod.producer.transactional.transactions import (
     TxnEvent,
     next_state,
 )
-from support.batch_double import Batch
+from support.batch_double import Batch, new_table
 from support.verdicts import may_send
 
 S, E = TransactionState, TxnEvent
@@ -210,7 +210,8 @@ def test_an_epoch_bumped_by_end_txn_is_adopted() -> None:
     from aiokprod.producer.idempotent.idempotence import IdempotenceManager
     from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
 
-    idem = IdempotenceManager(transactional=True, bump_via_init_producer_id=True)
+    idem = IdempotenceManager(partitions=new_table(), transactional=True,
+                              bump_via_init_producer_id=True)
     idem.init_producer_id_params()
     idem.on_producer_id(7, 0)
     idem.on_epoch_bumped_by_broker(7, 1)
@@ -229,9 +230,10 @@ def test_epoch_exhaustion_at_end_txn_moves_to_the_new_producer_id() -> None:
     from aiokprod.producer.idempotent.idempotence import IdempotenceManager
     from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
     from aiokprod.producer.sequences import MAX_PRODUCER_EPOCH
-    from support.batch_double import Batch
+    from support.batch_double import Batch, new_table
 
-    idem = IdempotenceManager(transactional=True, bump_via_init_producer_id=True)
+    idem = IdempotenceManager(partitions=new_table(), transactional=True,
+                              bump_via_init_producer_id=True)
     idem.init_producer_id_params()
     idem.on_producer_id(7, MAX_PRODUCER_EPOCH - 2)
     first = Batch()

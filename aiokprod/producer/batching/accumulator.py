@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 __all__ = ["NO_RULES", "AccumulatorStatistics", "ReadyCheck", "RecordAccumulator",
            "estimate_record_size"]
 
+# a partition of this producer, whose queue holds ProducerBatch objects
+_Partition = PartitionProducer[ProducerBatch]
+
 # The rules of a producer that is neither idempotent nor transactional: they ask nothing.
 NO_RULES = SendRules()
 
@@ -112,7 +115,7 @@ class RecordAccumulator:
         retry_backoff: Callable[[int], float] | None = None,
         on_wakeup: Callable[[], None] = lambda: None,
         clock: Callable[[], float],
-        partitions: Partitions | None = None,
+        partitions: Partitions[ProducerBatch] | None = None,
     ) -> None:
         self._pool = pool
         self.batch_size = batch_size
@@ -152,7 +155,7 @@ class RecordAccumulator:
         # while the view is the same object (views are replaced, not mutated) and no partition
         # was created since
         self._nodes_cache: tuple[ClusterView, int,
-                                 dict[int, list[tuple[PartitionProducer, int]]]] | None = None
+                                 dict[int, list[tuple[_Partition, int]]]] | None = None
         # topic, [(partition, leader or None, queued batches)] → the partitioner (KIP-794)
         self.on_queue_sizes: Callable[[str, list[tuple[int, int | None, int]]], None] | None \
             = None
@@ -348,7 +351,7 @@ class RecordAccumulator:
 
     def _new_batch(
         self,
-        queue: PartitionProducer,
+        queue: _Partition,
         buffer: bytearray,
         size: int,
         timestamp: int,
@@ -364,7 +367,7 @@ class RecordAccumulator:
         self._enqueue_new(queue, batch, appended=appended)
         self._queued_records += 1
 
-    def _open_batch(self, queue: PartitionProducer, buffer: bytearray, size: int,
+    def _open_batch(self, queue: _Partition, buffer: bytearray, size: int,
                     record_bytes: int, timestamp: int) -> ProducerBatch:
         """A new batch charged ``size`` bytes, of which ``record_bytes`` are for records, for
         a first record stamped ``timestamp``."""
@@ -372,10 +375,9 @@ class RecordAccumulator:
             buffer, write_limit=max(record_bytes, self.batch_size), compression=self.compression,
             compression_level=self._compression_level, estimator=self._estimator,
             topic=queue.topic)
-        return ProducerBatch(queue.topic, queue.partition, buffer, size, builder, self._clock(),
-                             timestamp)
+        return ProducerBatch(queue, buffer, size, builder, self._clock(), timestamp)
 
-    def _enqueue_new(self, queue: PartitionProducer, batch: ProducerBatch, *, appended: bool
+    def _enqueue_new(self, queue: _Partition, batch: ProducerBatch, *, appended: bool
                      ) -> None:
         if not appended:
             # cannot happen for an empty batch sized for the record; fail loudly, lose nothing
@@ -386,7 +388,7 @@ class RecordAccumulator:
         self._incomplete.add(batch)
         self._wakeup()
 
-    def _queue(self, topic: str, partition: int) -> PartitionProducer:
+    def _queue(self, topic: str, partition: int) -> _Partition:
         return self._partitions.get(topic, partition)
 
     def queued_batches(self, topic: str, partition: int) -> list[ProducerBatch]:
@@ -401,10 +403,7 @@ class RecordAccumulator:
         its partition's queue here; a waiting one was taken out by whoever failed it."""
         self._incomplete.discard(batch)
         if not batch.queued:
-            parts = self._queues.get(batch.topic)
-            queue = parts.get(batch.partition) if parts is not None else None
-            if queue is not None:
-                queue.discard(batch)
+            batch.owner.discard(batch)
         if batch.buffer_size:
             # Hand back the bytes, not the bytearray: the batch and its sealed memoryview (which
             # pins the buffer's size) may outlive this call (flush(), unresolved idempotent
@@ -519,13 +518,13 @@ class RecordAccumulator:
         return result
 
     def _partitions_by_node(self, view: ClusterView
-                            ) -> dict[int, list[tuple[PartitionProducer, int]]]:
+                            ) -> dict[int, list[tuple[_Partition, int]]]:
         """Each node's partitions with their leader epoch in ``view``."""
         cached = self._nodes_cache
         created = self._partitions.created
         if cached is not None and cached[0] is view and cached[1] == created:
             return cached[2]
-        by_node: dict[int, list[tuple[PartitionProducer, int]]] = {}
+        by_node: dict[int, list[tuple[_Partition, int]]] = {}
         for topic, parts in self._queues.items():
             meta = view.topics.get(topic)
             if meta is None:
@@ -566,7 +565,7 @@ class RecordAccumulator:
             self._put_back(batch)
 
     def _put_back(self, batch: ProducerBatch) -> None:
-        self._queue(batch.topic, batch.partition).put_back(batch)
+        batch.owner.put_back(batch)
         self._queued_records += batch.record_count
         self._wakeup()
 
@@ -581,7 +580,7 @@ class RecordAccumulator:
                                 estimator=self._estimator)
         for part in created:
             part.queued = False  # waiting once requeue_split (or a reenqueue) puts it back
-        queue = self._queue(batch.topic, batch.partition)
+        queue = batch.owner
         if batch in queue.batches:
             queue.replace_batch(batch, created)
         self._incomplete.update(created)
@@ -663,10 +662,7 @@ class RecordAccumulator:
     def remove_queued(self, batch: ProducerBatch) -> bool:
         """Take one queued batch out (idempotence gave up on it); the caller fails it.
         False if it is not queued (already drained, expired or aborted)."""
-        queue = self._queues.get(batch.topic, {}).get(batch.partition)
-        if queue is None:
-            return False
-        if not batch.queued or not queue.discard(batch):
+        if not batch.queued or not batch.owner.discard(batch):
             return False
         self._queued_records -= batch.record_count
         return True
@@ -674,7 +670,7 @@ class RecordAccumulator:
     def incomplete_batches(self) -> list[ProducerBatch]:
         return list(self._incomplete)
 
-    def partition(self, topic: str, partition: int) -> PartitionProducer:
+    def partition(self, topic: str, partition: int) -> _Partition:
         """The partition's object (created on first use)."""
         return self._partitions.get(topic, partition)
 

@@ -54,8 +54,8 @@ def split_refused(batch: ProducerBatch, *, batch_size: int, compression: Compres
         builder = RecordBatchBuilder(
             bytearray(), write_limit=batch_size, compression=compression,
             compression_level=compression_level, estimated_ratio=ratio)
-        new = ProducerBatch(batch.topic, batch.partition, builder.buffer, 0, builder,
-                            batch.created_at, group[0].timestamp)
+        new = ProducerBatch(batch.owner, builder.buffer, 0, builder, batch.created_at,
+                            group[0].timestamp)
         for record in group:
             if not builder.try_append(record.timestamp, record.key, record.value,
                                       record.headers):

@@ -21,7 +21,7 @@ A producer that is neither idempotent nor transactional has rules that ask nothi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiokprod.producer.partition import (
     HOLD_TXN_JOIN,
@@ -50,7 +50,7 @@ class SendRules:
         self._idem = idempotence
         self._txn = transaction
         self.facts = SendFacts()
-        self._to_join: list[PartitionProducer] = []
+        self._to_join: list[PartitionProducer[Any]] = []
         self._needs_bump = False
 
     def before_drain(self, now: float) -> None:
@@ -62,17 +62,17 @@ class SendRules:
         if self._txn is not None:
             self._txn.fill(self.facts)
 
-    def give_up_unrenumberable(self, p: PartitionProducer) -> None:
+    def give_up_unrenumberable(self, p: PartitionProducer[Any]) -> None:
         assert self._idem is not None, "only an idempotent partition answers GIVE_UP_FIRST"
         self._idem.give_up_unrenumberable(p)
 
-    def held(self, p: PartitionProducer, verdict: int) -> None:
+    def held(self, p: PartitionProducer[Any], verdict: int) -> None:
         if verdict == HOLD_TXN_JOIN:
             self._to_join.append(p)
         elif verdict == HOLD_TXN_NEEDS_BUMP:
             self._needs_bump = True
 
-    def taken(self, p: PartitionProducer, batch: ProducerBatch) -> None:
+    def taken(self, p: PartitionProducer[Any], batch: ProducerBatch) -> None:
         txn = self._txn
         if txn is not None:
             # the header's transactional bit lets the markers hide it from read_committed

@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from aiokprod._backoff import ExponentialBackoff
 from aiokprod._error_codes import ErrorCode
@@ -39,7 +40,13 @@ from aiokprod.producer.idempotent.producer_id_state import (
     ProducerIdHolder,
     ProducerIdState,
 )
-from aiokprod.producer.partition import Outcome, PartitionProducer, Partitions, SendFacts
+from aiokprod.producer.partition import (
+    Outcome,
+    PartitionProducer,
+    Partitions,
+    QueuedBatch,
+    SendFacts,
+)
 from aiokprod.producer.retry_policy import Action, RetryDecision, classify
 from aiokprod.producer.sequences import (
     DEFAULT_IN_FLIGHT_LIMIT,
@@ -107,7 +114,7 @@ class IdempotenceManager:
         retries: int = 2**31 - 1,
         backoff: ExponentialBackoff | None = None,
         client_id: str = "",
-        partitions: Partitions | None = None,
+        partitions: Partitions[Any] | None = None,
     ) -> None:
         self._clock = clock
         self._client_id = client_id
@@ -163,11 +170,11 @@ class IdempotenceManager:
         self._ids.fail_fatally(error)
 
     @property
-    def partitions(self) -> Partitions:
+    def partitions(self) -> Partitions[Any]:
         """The producer's partitions, shared with the accumulator and the transaction."""
         return self._partitions
 
-    def partition_state(self, tp: TopicPartitionLike) -> PartitionProducer:
+    def partition_state(self, tp: TopicPartitionLike) -> PartitionProducer[Any]:
         """The partition's bookkeeping, created on first use."""
         return self._partitions.get(tp.topic, tp.partition)
 
@@ -187,7 +194,7 @@ class IdempotenceManager:
             self._with_unresolved.discard((p.topic, p.partition))
         return len(drop)
 
-    def _is_stale(self, p: PartitionProducer) -> bool:
+    def _is_stale(self, p: PartitionProducer[Any]) -> bool:
         """``p``'s sequences belong to an earlier producer id/epoch assignment."""
         ids = self._ids
         return p.is_stale(ids.producer_id, ids.producer_epoch, ids.generation)
@@ -238,7 +245,7 @@ class IdempotenceManager:
                     "lost our producer state; renumbering every partition's unacknowledged "
                     "batches from sequence 0", self._client_id, producer_id, producer_epoch)
 
-    def _request_reset(self, p: PartitionProducer, why: str) -> None:
+    def _request_reset(self, p: PartitionProducer[Any], why: str) -> None:
         """Ask for bump epoch & reset SEQ for ``p`` (docs/idempotence.md, "bump and reset")."""
         if self._ids.state is ProducerIdState.FATAL:
             return  # nothing is sent any more; no bump can matter
@@ -284,7 +291,7 @@ class IdempotenceManager:
         facts.generation = ids.generation
         facts.doomed = self._doomed
 
-    def give_up_unrenumberable(self, p: PartitionProducer) -> None:
+    def give_up_unrenumberable(self, p: PartitionProducer[Any]) -> None:
         """When a partition's verdict on the retry at its head is GIVE_UP_FIRST, before it
         renumbers its held batches (step 3): a batch that may already be written under its
         current numbering must not be renumbered: under a new producer id or
@@ -307,7 +314,7 @@ class IdempotenceManager:
             self._doomed[entry.batch] = error
         self._unwritable_total += len(doomed)
 
-    def assign_sequence(self, batch: SequencedBatch) -> None:
+    def assign_sequence(self, batch: QueuedBatch) -> None:
         """Steps 3-5, for a batch its partition's verdict let go, right before it is sent.
 
         A new batch gets the partition's next sequence and the current id and epoch; a retried
@@ -318,7 +325,7 @@ class IdempotenceManager:
         ids = self._ids
         if ids.state is not ProducerIdState.READY:
             raise IllegalStateError(f"cannot assign a sequence in state {ids.state.name}")
-        p = self.partition_state(batch)
+        p = batch.owner
         if batch.base_sequence >= 0:
             entry = p.held_entry(batch)
             if not p.retry_allowed(entry):
@@ -335,7 +342,7 @@ class IdempotenceManager:
         self._maybe_restart(p)
         p.number(batch, ids.producer_id, ids.producer_epoch)
 
-    def _maybe_restart(self, p: PartitionProducer) -> None:
+    def _maybe_restart(self, p: PartitionProducer[Any]) -> None:
         """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
 
         It asked for the reset: its held batches are renumbered (nothing is on the wire, which
@@ -353,17 +360,17 @@ class IdempotenceManager:
                   "(%d held batch(es) renumbered)", self._client_id, p.topic, p.partition,
                   ids.producer_id, ids.producer_epoch, len(p.in_flight))
 
-    def on_not_sent(self, batch: SequencedBatch) -> None:
+    def on_not_sent(self, batch: QueuedBatch) -> None:
         """A numbered batch never left the client: held again like a retry."""
-        self.partition_state(batch).not_sent(batch)
+        batch.owner.not_sent(batch)
 
     # ---- answers (steps 8, 9) -----------------------------------------------------------
 
-    def on_success(self, batch: SequencedBatch, *, base_offset: int,
+    def on_success(self, batch: QueuedBatch, *, base_offset: int,
                    duplicate: bool = False) -> None:
         """Step 9 (and DUPLICATE_SEQUENCE_NUMBER, ``duplicate=True``, offset -1): the records
         are written. Also for a batch that already expired: its success resolves (step 1a)."""
-        p = self.partition_state(batch)
+        p = batch.owner
         doomed = p.acknowledged(batch, base_offset=base_offset, duplicate=duplicate,
                                 now=self._clock())
         if doomed:
@@ -385,12 +392,12 @@ class IdempotenceManager:
         self._doomed.clear()
         return doomed
 
-    def duplicate_is_success(self, batch: SequencedBatch) -> bool:
+    def duplicate_is_success(self, batch: QueuedBatch) -> bool:
         """DUPLICATE_SEQUENCE_NUMBER for ``batch``: are these records really written
         (``PartitionProducer.may_be_duplicate``)?"""
-        return self.partition_state(batch).may_be_duplicate(batch)
+        return batch.owner.may_be_duplicate(batch)
 
-    def on_error(self, batch: SequencedBatch, error_code: int, now: float | None = None,
+    def on_error(self, batch: QueuedBatch, error_code: int, now: float | None = None,
                  decision: RetryDecision | None = None) -> RetryDecision:
         """Step 8: the broker answered with an error (or the request failed; the sender then
         passes NETWORK_EXCEPTION or REQUEST_TIMED_OUT). ``decision`` is ``retry_policy``'s
@@ -403,7 +410,7 @@ class IdempotenceManager:
                                 delivery_deadline_passed=False, record_count=batch.record_count,
                                 retries=self._retries, transactional=self._transactional,
                                 backoff=self._backoff)
-        p = self.partition_state(batch)
+        p = batch.owner
         if self._ids.state is ProducerIdState.FATAL:
             p.forget(batch)
             return replace(decision, action=Action.FATAL, retriable=False,
@@ -421,7 +428,7 @@ class IdempotenceManager:
         self._apply(p, outcome)
         return outcome.decision
 
-    def _apply(self, p: PartitionProducer, outcome: Outcome) -> None:
+    def _apply(self, p: PartitionProducer[Any], outcome: Outcome) -> None:
         """What a partition's outcome asks of the producer as a whole."""
         if outcome.unresolved:
             self._with_unresolved.add((p.topic, p.partition))
@@ -430,15 +437,15 @@ class IdempotenceManager:
         if outcome.reset is not None:
             self._request_reset(p, outcome.reset)
 
-    def on_split(self, batch: SequencedBatch, new_batches: Sequence[SequencedBatch]) -> None:
+    def on_split(self, batch: QueuedBatch, new_batches: Sequence[SequencedBatch]) -> None:
         """MESSAGE_TOO_LARGE split ``batch`` (docs/compression.md S4): the new batches take its
         sequence range and its place (``PartitionProducer.split``)."""
-        self.partition_state(batch).split(batch, new_batches)
+        batch.owner.split(batch, new_batches)
         self._splits += 1
 
     # ---- expiry (step 6) ----------------------------------------------------------------
 
-    def on_delivery_timeout(self, batch: SequencedBatch, *,
+    def on_delivery_timeout(self, batch: QueuedBatch, *,
                             possibly_written: bool = True) -> None:
         """A batch outlived delivery.timeout.ms; the sender fails its records.
 
@@ -448,13 +455,13 @@ class IdempotenceManager:
         was not written, later sequences have a gap: bump & reset (Java: failed batch with
         adjusted sequences, which the idempotent producer does by bumping).
         """
-        p = self.partition_state(batch)
+        p = batch.owner
         self._apply(p, p.expired(batch, possibly_written))
 
-    def on_late_answer(self, batch: SequencedBatch) -> None:
+    def on_late_answer(self, batch: QueuedBatch) -> None:
         """An error answer (or the connection's end) for a batch already failed by
         delivery.timeout.ms: its request no longer travels (a success goes to ``on_success``)."""
-        self.partition_state(batch).expired_on_wire.discard(batch)
+        batch.owner.expired_on_wire.discard(batch)
 
     # ---- KIP-1269 -------------------------------------------------------------------------
 
@@ -462,11 +469,11 @@ class IdempotenceManager:
         """The new leader may be an old broker that retains 5 batches (KIP-1269)."""
         self.partition_state(tp).in_flight_limit = DEFAULT_IN_FLIGHT_LIMIT
 
-    def on_response_batches_to_retain(self, tp: TopicPartitionLike, batches: int) -> None:
-        """ProduceResponse's ProducerStateBatchesToRetain for ``tp`` (KIP-1269); values < 1
+    def on_response_batches_to_retain(self, p: PartitionProducer[Any], batches: int) -> None:
+        """ProduceResponse's ProducerStateBatchesToRetain for ``p`` (KIP-1269); values < 1
         cannot be a real window and are ignored."""
         if batches > 0:
-            self.partition_state(tp).in_flight_limit = batches
+            p.in_flight_limit = batches
 
     # ---- introspection --------------------------------------------------------------------
 

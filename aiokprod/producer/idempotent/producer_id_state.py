@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokprod.errors import IllegalStateError
 from aiokprod.producer.partition import Partitions
@@ -140,7 +141,7 @@ class ProducerIdHolder:
                  "_partitions", "epoch_bumps", "fatal_error", "fresh_producer_ids",
                  "generation", "last_bump_at", "producer_epoch", "producer_id", "state")
 
-    def __init__(self, partitions: Partitions, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, partitions: Partitions[Any], *, clock: Callable[[], float] = time.monotonic,
                  bump_via_init_producer_id: bool = False, client_id: str = "") -> None:
         # the producer's partitions: a fresh id waits until none has a batch on the wire
         self._partitions = partitions

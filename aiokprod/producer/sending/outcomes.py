@@ -69,11 +69,10 @@ class BatchOutcomes:
     def sent(self, node: int, batches: list[ProducerBatch], now: float) -> None:
         """The batches went out in one request: each partition counts it until its answer,
         and the request is measured."""
-        partition = self._acc.partition
         for batch in batches:
             self.in_flight.add(batch)
             batch.on_wire = True
-            partition(batch.topic, batch.partition).wire_requests += 1
+            batch.owner.wire_requests += 1
         metrics = self._metrics
         if metrics is None:
             return
@@ -126,7 +125,7 @@ class BatchOutcomes:
         self.in_flight.discard(batch)
         if batch.on_wire:
             batch.on_wire = False
-            self._acc.partition(batch.topic, batch.partition).wire_requests -= 1
+            batch.owner.wire_requests -= 1
 
     def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                   duplicate: bool = False) -> None:

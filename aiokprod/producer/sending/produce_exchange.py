@@ -207,7 +207,7 @@ class ProduceExchange:
             # KIP-1269: the topic's window on this leader (Produce v14+; 5 when absent). Only
             # the current leader's answers count: a late one from a former leader must not
             # raise the window again after a leader change put it back to 5.
-            idem.on_response_batches_to_retain(TopicPartition(batch.topic, batch.partition),
+            idem.on_response_batches_to_retain(batch.owner,
                                                topic.producer_state_batches_to_retain)
         code = p.error_code
         if code == _NONE:

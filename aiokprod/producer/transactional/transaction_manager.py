@@ -222,13 +222,13 @@ class TransactionManager:
         facts.txn_version = self.transaction_version
         facts.txn_number = self.partitions.number
 
-    def taken(self, p: PartitionProducer) -> None:
+    def taken(self, p: PartitionProducer[Any]) -> None:
         """A batch of ``p`` goes into a Produce request. Under transaction version 2
         (KIP-890) that request adds the partition to the transaction (Produce v12)."""
         if self.transaction_version >= 2:
             self.partitions.add_implicitly(p)
 
-    def after_drain(self, to_join: list[PartitionProducer], needs_bump: bool) -> None:
+    def after_drain(self, to_join: list[PartitionProducer[Any]], needs_bump: bool) -> None:
         """Once per drain, what its holds ask of the transaction: a new epoch is needed, so
         it can only abort; partitions to add, with one AddPartitionsToTxn for all of them."""
         if needs_bump:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from aiokprod.errors import IllegalStateError
 from aiokprod.producer.partition import (
@@ -202,11 +202,11 @@ class PartitionsInTransaction:
 
     __slots__ = ("_joined", "_partitions", "_pending", "number", "offsets_added")
 
-    def __init__(self, partitions: Partitions) -> None:
+    def __init__(self, partitions: Partitions[Any]) -> None:
         self._partitions = partitions  # the producer's table, shared with the accumulator
         self.number = 1  # the open transaction's; a partition's txn_number 0 is none
         # seen by a drain, not yet asked for
-        self._pending: list[PartitionProducer] = []
+        self._pending: list[PartitionProducer[Any]] = []
         # groups whose offsets joined this transaction (AddOffsetsToTxn answered)
         self.offsets_added: set[str] = set()
         # partitions adding or added in this transaction: counted, not read back from the
@@ -214,11 +214,11 @@ class PartitionsInTransaction:
         # them in the transaction (EndTxn must still be sent)
         self._joined = 0
 
-    def stage(self, p: PartitionProducer) -> int:
+    def stage(self, p: PartitionProducer[Any]) -> int:
         """How far ``p`` got into the open transaction (TXN_*)."""
         return p.txn_stage if p.txn_number == self.number else TXN_NONE
 
-    def request_join(self, p: PartitionProducer) -> None:
+    def request_join(self, p: PartitionProducer[Any]) -> None:
         """A drain held a batch of ``p`` because the partition is not part of the transaction
         yet (``PartitionProducer.verdict``, HOLD_TXN_JOIN): ask for it with the next
         AddPartitionsToTxn, unless it is already pending or being added."""
@@ -228,7 +228,7 @@ class PartitionsInTransaction:
         p.txn_stage = TXN_PENDING
         self._pending.append(p)
 
-    def add_implicitly(self, p: PartitionProducer) -> None:
+    def add_implicitly(self, p: PartitionProducer[Any]) -> None:
         """KIP-890: the partition leader adds it to the transaction itself (Produce v12)."""
         if p.txn_number != self.number or p.txn_stage < TXN_ADDING:
             self._joined += 1
@@ -240,7 +240,7 @@ class PartitionsInTransaction:
         """Partitions wait for an AddPartitionsToTxn."""
         return bool(self._pending)
 
-    def take_pending(self) -> list[PartitionProducer]:
+    def take_pending(self) -> list[PartitionProducer[Any]]:
         """The partitions for the next AddPartitionsToTxn; they are adding from now on."""
         taken = sorted(self._pending, key=lambda p: (p.topic, p.partition))
         self._pending.clear()
@@ -249,12 +249,12 @@ class PartitionsInTransaction:
         self._joined += len(taken)
         return taken
 
-    def on_added(self, partitions: list[PartitionProducer]) -> None:
+    def on_added(self, partitions: list[PartitionProducer[Any]]) -> None:
         for p in partitions:
             if self.stage(p) == TXN_ADDING:  # not if the transaction ended meanwhile
                 p.txn_stage = TXN_ADDED
 
-    def on_not_added(self, partitions: list[PartitionProducer]) -> None:
+    def on_not_added(self, partitions: list[PartitionProducer[Any]]) -> None:
         """The request failed for these: ask again with the next request."""
         for p in partitions:
             if self.stage(p) == TXN_ADDING:
@@ -262,7 +262,7 @@ class PartitionsInTransaction:
                 self._pending.append(p)
                 self._joined -= 1
 
-    def members(self) -> list[PartitionProducer]:
+    def members(self) -> list[PartitionProducer[Any]]:
         """The partitions added or being added (reads every partition: diagnostics)."""
         number = self.number
         return [p for p in self._partitions
