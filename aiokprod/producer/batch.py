@@ -43,7 +43,6 @@ class ProducerBatch:
         "done_waiters",
         "drained_at",
         "final_state",
-        "in_retry",
         "last_attempt_at",
         "leader_epoch",
         "on_wire",
@@ -101,9 +100,10 @@ class ProducerBatch:
         # whose partition has a newer leader since goes at once, without the retry backoff:
         # the error was most likely the old leader's (Java's hasLeaderChangedForTheOngoingRetry)
         self.leader_epoch = -1
-        # in a request not answered yet (counted in its PartitionProducer.wire_requests)
+        # drained into a request not answered yet (the connection's end counts as an answer),
+        # also after delivery.timeout.ms failed it: the request can still land. Changed only by
+        # its partition (PartitionProducer.wire), which counts its batches on the wire
         self.on_wire = False
-        self.in_retry = False  # re-enqueued after an error
         # waiting in its partition's queue to be drained: True from creation until drained,
         # again when put back for a retry (PartitionProducer.batches and its drain cursor)
         self.queued = True

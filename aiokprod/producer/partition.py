@@ -155,10 +155,11 @@ class PartitionProducer(Generic[B]):
     # The drain cursor into ``batches`` (franz-go's batchDrainIdx): the next batch to drain is
     # the first at or after it that is waiting (``ProducerBatch.queued``).
     drain_index: int = 0
-    # Batches of this partition in requests not answered yet (the connection's end counts as
-    # an answer), a batch failed by delivery.timeout.ms meanwhile included: its request can
-    # still land. With max.in.flight.requests.per.connection=1 the partition is muted while
-    # this is above 0 (docs/batching.md D5): derived, not kept as a flag of its own.
+    # How many of its batches are on the wire (``ProducerBatch.on_wire``: in requests not
+    # answered yet, a batch failed by delivery.timeout.ms meanwhile included, as its request
+    # can still land). Counted by ``wire``, the one place that changes a batch's flag. With
+    # max.in.flight.requests.per.connection=1 the partition is muted while this is above 0
+    # (docs/batching.md D5); a fresh producer id waits for it to be 0 everywhere.
     wire_requests: int = 0
     # The producer id and epoch the sequences below belong to. When the manager's current id or
     # epoch differs (after a bump or a new id), the partition is stale: it must start again at
@@ -193,11 +194,6 @@ class PartitionProducer(Generic[B]):
     # KIP-1269: at most this many in_flight batches, the broker's
     # ProducerStateBatchesToRetain for this partition; 5 until a response says otherwise.
     in_flight_limit: int = DEFAULT_IN_FLIGHT_LIMIT
-    # How many in_flight entries are on the wire: a reset may only happen at 0 (step 3) and,
-    # while retrying, a partition sends only at 0 (step 2c). Kept incrementally.
-    on_wire_count: int = 0
-    # How many in_flight entries were queued for a retry; > 0 means "retrying" (step 2c).
-    retrying_count: int = 0
     # Times this partition's sequences were restarted at 0 after its first start: statistics.
     sequence_resets: int = 0
     # The leader acknowledged a batch of this producer id here, so it holds our producer state
@@ -209,10 +205,6 @@ class PartitionProducer(Generic[B]):
     # Clock time of the last acknowledgement under the current numbering: after
     # LEADER_STATE_IDLE_S with nothing held, the leader is no longer trusted to hold our state.
     last_acked_at: float = 0.0
-    # Batches failed by delivery.timeout.ms while their request was still unanswered: the
-    # request can still land, so they count as on the wire (a fresh producer id waits for
-    # none to be) until its answer, or the connection's end, comes.
-    expired_on_wire: set[SequencedBatch] = field(default_factory=set)
     # The transaction this partition is part of (KIP-98): the number of the transaction
     # (``transactions.PartitionsInTransaction.number``) that ``txn_stage`` speaks of, and how
     # far the partition got in it (TXN_*). A stage of another transaction means "not part of
@@ -223,9 +215,17 @@ class PartitionProducer(Generic[B]):
     # ---- queries -------------------------------------------------------------------------
 
     @property
+    def on_wire_count(self) -> int:
+        """How many held batches are on the wire: a reset may only happen at 0 (step 3) and,
+        while retrying, a partition sends only at 0 (step 2c). Read from the batches: the
+        held ones are at most the broker's window."""
+        return sum(1 for entry in self.in_flight if entry.batch.on_wire)
+
+    @property
     def retrying(self) -> bool:
-        """While a partition retries, it has one batch in flight at a time (idempotence.md 2c)."""
-        return self.retrying_count > 0
+        """While a partition retries, it has one batch in flight at a time (idempotence.md 2c).
+        Read from the entries (``InFlightEntry.retried``): at most the broker's window of them."""
+        return any(entry.retried for entry in self.in_flight)
 
     def is_stale(self, producer_id: int, producer_epoch: int,
                  generation: int | None = None) -> bool:
@@ -269,10 +269,20 @@ class PartitionProducer(Generic[B]):
         return batches[i] if i < n else None
 
     def take_head(self, batch: B) -> None:
-        """``batch``, the head its verdict let go, is drained: the cursor moves past it. It
-        stays in the queue until answered (a retry rewinds the cursor to it)."""
+        """``batch``, the head its verdict let go, is drained into a request: the cursor moves
+        past it and it is on the wire. It stays in the queue until answered (a retry rewinds
+        the cursor to it)."""
         self.drain_index += 1
         batch.queued = False
+        self.wire(batch, True)
+
+    def wire(self, batch: SequencedBatch, on: bool) -> None:
+        """``batch`` went on the wire (drained), or off it (answered, the connection's end,
+        not sent after all): the one place that changes ``on_wire``, so ``wire_requests``
+        counts exactly the batches that say so."""
+        if batch.on_wire != on:
+            batch.on_wire = on
+            self.wire_requests += 1 if on else -1
 
     def waiting(self) -> list[B]:
         """The batches waiting to be drained, in drain order."""
@@ -333,36 +343,15 @@ class PartitionProducer(Generic[B]):
                 f"{self.topic}-{self.partition}: batch with sequence {entry.base_sequence} would "
                 f"overlap or precede in-flight sequence {last.last_sequence}")
         self.in_flight.append(entry)
-        if entry.on_wire:
-            self.on_wire_count += 1
-        if entry.retried:
-            self.retrying_count += 1
 
     def replace(self, old: InFlightEntry, new: list[InFlightEntry]) -> None:
         """Put ``new`` where ``old`` was (a split keeps the old batch's place in the order)."""
         index = self.in_flight.index(old)
         self.remove(old)
         self.in_flight[index:index] = new
-        for entry in new:
-            self.on_wire_count += entry.on_wire
-            self.retrying_count += entry.retried
 
     def remove(self, entry: InFlightEntry) -> None:
         self.in_flight.remove(entry)
-        if entry.on_wire:
-            self.on_wire_count -= 1
-        if entry.retried:
-            self.retrying_count -= 1
-
-    def mark_on_wire(self, entry: InFlightEntry, on_wire: bool) -> None:
-        if entry.on_wire != on_wire:
-            entry.on_wire = on_wire
-            self.on_wire_count += 1 if on_wire else -1
-
-    def mark_retried(self, entry: InFlightEntry) -> None:
-        if not entry.retried:
-            entry.retried = True
-            self.retrying_count += 1
 
     def acknowledge(self, base_sequence: int, record_count: int, base_offset: int) -> None:
         """Advance what the broker confirmed; an older confirmation never moves it back."""
@@ -450,10 +439,9 @@ class PartitionProducer(Generic[B]):
         before a retry can be judged are given up between two askings (GIVE_UP_FIRST).
         ``leader_epoch``: its leader's now.
         """
-        if batch.attempts > 0 and now < batch.retry_at and not leader_epoch > batch.leader_epoch:
-            return HOLD_BACKOFF  # unless its partition has a new leader since the error
-        if self.wire_requests and guarantee_order:
-            return HOLD_MUTED
+        hold = self.waits(batch, now, leader_epoch, guarantee_order)
+        if hold:
+            return hold
         if facts.transactional:
             if not facts.txn_open:
                 return HOLD_TXN_CLOSED
@@ -464,6 +452,16 @@ class PartitionProducer(Generic[B]):
                 return HOLD_TXN_JOIN  # KIP-890 (version 2): the leader adds it itself
         if facts.idempotent:
             return self.sequence_verdict(batch, now, facts)
+        return SEND
+
+    def waits(self, batch: B, now: float, leader_epoch: int, guarantee_order: bool) -> int:
+        """The part of ``verdict`` that only time and the wire decide, which is all the
+        accumulator's ``ready`` asks (its node is ready when a head may go but for linger):
+        HOLD_BACKOFF, HOLD_MUTED or SEND."""
+        if batch.attempts > 0 and now < batch.retry_at and not leader_epoch > batch.leader_epoch:
+            return HOLD_BACKOFF  # unless its partition has a new leader since the error
+        if self.wire_requests and guarantee_order:
+            return HOLD_MUTED
         return SEND
 
     def sequence_verdict(self, batch: SequencedBatch | None, now: float,
@@ -619,8 +617,7 @@ class PartitionProducer(Generic[B]):
         for new in new_batches:
             new.stamp(batch.producer_id, batch.producer_epoch, seq)
             seq = increment_sequence(seq, new.record_count)
-            entries.append(InFlightEntry(new, on_wire=False, retried=True,
-                                         generation=entry.generation))
+            entries.append(InFlightEntry(new, retried=True, generation=entry.generation))
         self.replace(entry, entries)
         return len(entries)
 
@@ -632,14 +629,14 @@ class PartitionProducer(Generic[B]):
         seq = self.next_sequence
         batch.stamp(producer_id, producer_epoch, seq)
         self.next_sequence = increment_sequence(seq, batch.record_count)
-        self.add(InFlightEntry(batch, on_wire=True, generation=self.generation))
+        self.add(InFlightEntry(batch, generation=self.generation))
 
     def acknowledged(self, batch: SequencedBatch, *, base_offset: int, duplicate: bool,
                      now: float) -> Doomed:
         """Step 9 (and DUPLICATE_SEQUENCE_NUMBER, offset -1): the records are written. Also
         for a batch that already expired: its success resolves it (step 1a). Returns the
         held batches it overtook (F2), taken out of flight: they must fail."""
-        self.expired_on_wire.discard(batch)
+        self.wire(batch, False)  # answered (a batch that expired on the wire included)
         entry = self.entry_for(batch)
         earlier: list[InFlightEntry] = []
         if entry is not None:
@@ -690,7 +687,7 @@ class PartitionProducer(Generic[B]):
         if not entry.on_wire:
             raise IllegalStateError(f"{self.topic}-{self.partition}: an answer for sequence "
                                     f"{batch.base_sequence}, which is not on the wire")
-        self.mark_on_wire(entry, False)
+        self.wire(batch, False)
         if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
             # refused by a leader that checks (or lost) our sequences: had an earlier attempt
             # been written, this one would be answered as its duplicate (the broker keeps the
@@ -701,11 +698,11 @@ class PartitionProducer(Generic[B]):
         if decision.action is Action.COMPLETE:
             return Outcome(decision)
         if decision.action is Action.SPLIT:
-            self.mark_retried(entry)  # held until split() replaces it
+            entry.retried = True  # held until split() replaces it
             return Outcome(decision)
         if decision.action is Action.RETRY:
             reset = self.needs_reset_before_retry(entry, code)
-            self.mark_retried(entry)
+            entry.retried = True
             return Outcome(replace(decision, reset_sequences=reset),
                            reset=f"{code.name} for sequence {batch.base_sequence} (step 8b)"
                            if reset else None)
@@ -731,8 +728,8 @@ class PartitionProducer(Generic[B]):
         if entry is None:
             raise IllegalStateError(f"{self.topic}-{self.partition}: on_not_sent for an "
                                     f"untracked batch")
-        self.mark_on_wire(entry, False)
-        self.mark_retried(entry)
+        self.wire(batch, False)
+        entry.retried = True
 
     def expired(self, batch: SequencedBatch, possibly_written: bool) -> Outcome:
         """A batch outlived delivery.timeout.ms (step 6). Never drained: nothing to do.
@@ -744,9 +741,8 @@ class PartitionProducer(Generic[B]):
         entry = self.entry_for(batch)
         if entry is None:
             return NOTHING
+        # one on the wire stays there (counted in wire_requests) until its request's answer
         written = entry.on_wire or entry.possibly_written or possibly_written
-        if entry.on_wire:
-            self.expired_on_wire.add(batch)  # its request can still land
         self.remove(entry)
         if written:
             self._unresolve(entry)

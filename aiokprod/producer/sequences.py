@@ -116,6 +116,8 @@ class SequencedBatch(TopicPartitionLike, Protocol):
     producer_id: int
     producer_epoch: int
     attempts: int
+    # in a request not answered yet (changed only by ``PartitionProducer.wire``)
+    on_wire: bool
 
     @property
     def record_count(self) -> int: ...
@@ -129,9 +131,6 @@ class InFlightEntry:
 
     # The sender's batch; identity is what links responses back to this entry.
     batch: SequencedBatch
-    # Sent and not answered. False while queued for a retry: only then may a reset restamp it,
-    # because bytes already on the wire cannot change (docs/idempotence.md step 3).
-    on_wire: bool = True
     # Queued for a retry at least once: while a partition has such a batch it sends one batch
     # at a time, in sequence order (docs/idempotence.md step 2c).
     retried: bool = False
@@ -143,6 +142,13 @@ class InFlightEntry:
     # its state hands them out again), so the header alone cannot say whether an answer speaks
     # of the partition's current numbering; this can.
     generation: int = 0
+
+    @property
+    def on_wire(self) -> bool:
+        """Sent and not answered: the batch's own flag. False while queued for a retry: only
+        then may a reset restamp it, because bytes already on the wire cannot change
+        (docs/idempotence.md step 3)."""
+        return self.batch.on_wire
 
     @property
     def base_sequence(self) -> int:

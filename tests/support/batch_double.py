@@ -50,6 +50,7 @@ class Batch:
     records: list[int] = field(default_factory=list)
     owner: PartitionProducer[Any] = field(default=None)  # type: ignore[assignment]
     queued: bool = True
+    on_wire: bool = False
     retry_at: float = 0.0
     leader_epoch: int = -1
 

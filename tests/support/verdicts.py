@@ -13,7 +13,7 @@ from typing import Any
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.partition import GIVE_UP_FIRST, SEND, SendFacts
 
-__all__ = ["may_send"]
+__all__ = ["may_send", "take"]
 
 
 def may_send(m: IdempotenceManager, target: Any, now: float | None = None) -> bool:
@@ -31,3 +31,10 @@ def may_send(m: IdempotenceManager, target: Any, now: float | None = None) -> bo
         m.give_up_unrenumberable(p)
         verdict = p.sequence_verdict(batch, now, facts)
     return verdict == SEND
+
+
+def take(m: IdempotenceManager, batch: Any) -> None:
+    """What a drain does with a batch its verdict let go: numbered (``SendRules.taken``),
+    then on the wire (``PartitionProducer.take_head``)."""
+    m.assign_sequence(batch)
+    batch.owner.wire(batch, True)

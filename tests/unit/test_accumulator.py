@@ -252,7 +252,7 @@ async def test_retried_batch_waits_for_its_backoff_even_when_urgent() -> None:
     h.append()
     (batch,) = h.drain(view)
     h.acc.reenqueue(batch, h.clock.now)
-    assert batch.attempts == 1 and batch.in_retry
+    assert batch.attempts == 1 and batch.queued  # waiting again, as a retry
     assert batch.retry_at == pytest.approx(h.clock.now + 0.1)
     h.acc.begin_flush()  # urgency does not override the backoff (docs/batching.md, R4)
     check = h.acc.ready(view, h.clock.now)

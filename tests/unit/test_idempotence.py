@@ -34,7 +34,7 @@ from aiokprod.producer.sequences import (
 from support.batch_double import Batch, new_table
 from support.examples import examples
 from support.sim_broker import PARTITIONS, SimPartition
-from support.verdicts import may_send
+from support.verdicts import may_send, take
 
 E = ErrorCode
 S = ProducerIdState
@@ -100,7 +100,7 @@ def leader_holds_state(m: IdempotenceManager, topic: str = "t", partitions: int 
 def send(m: IdempotenceManager, *batches: Batch) -> None:
     for b in batches:
         assert may_send(m, b), f"expected {b.header} to be sendable: {m.partition_state(b)!r}"
-        m.assign_sequence(b)
+        take(m, b)
 
 
 def fail(m: IdempotenceManager, b: Batch, code: ErrorCode) -> Action:
@@ -852,7 +852,7 @@ class IdempotenceMachine(RuleBasedStateMachine):
             assert state.on_wire_count == 0, "a retry must go alone (step 2c)"
         else:
             assert len(state.in_flight) < state.in_flight_limit, "KIP-1269 window"
-        self.m.assign_sequence(b)
+        take(self.m, b)
         self.wire[p].append(_Request(b, b.header, list(b.records)))
         return True
 

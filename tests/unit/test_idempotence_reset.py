@@ -16,7 +16,7 @@ from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
 from aiokprod.producer.retry_policy import Action
 from support.batch_double import Batch, new_table
-from support.verdicts import may_send
+from support.verdicts import may_send, take
 
 E = ErrorCode
 S = ProducerIdState
@@ -38,7 +38,7 @@ def kip360_manager() -> IdempotenceManager:
 def send(m: IdempotenceManager, *batches: Batch) -> None:
     for b in batches:
         assert may_send(m, b), (b.header, m.partition_state(b))
-        m.assign_sequence(b)
+        take(m, b)
 
 
 def retry(m: IdempotenceManager, b: Batch, code: ErrorCode) -> Action:

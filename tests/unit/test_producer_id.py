@@ -14,7 +14,7 @@ from aiokprod.producer.idempotent.producer_id import InitOutcome, ProducerIdRequ
 from aiokprod.producer.idempotent.producer_id_state import ProducerIdState
 from aiokprod.protocol import InitProducerIdRequest, InitProducerIdResponse
 from support.batch_double import Batch, new_table
-from support.verdicts import may_send
+from support.verdicts import may_send, take
 
 E = ErrorCode
 
@@ -49,7 +49,7 @@ def _lose_state(idem: IdempotenceManager, partition: int = 0) -> None:
     """A batch answered UNKNOWN_PRODUCER_ID: the manager asks for a bump."""
     batch = Batch(partition=partition)
     assert may_send(idem, batch)
-    idem.assign_sequence(batch)
+    take(idem, batch)
     idem.on_error(batch, E.UNKNOWN_PRODUCER_ID)
     assert idem.state is ProducerIdState.BUMP_REQUIRED
 

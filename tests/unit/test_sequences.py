@@ -74,7 +74,7 @@ def test_increment_then_precedes(seq: int, n: int) -> None:
 # ---- PartitionProducer ---------------------------------------------------------------
 
 def entry(seq: int, count: int = 1, *, on_wire: bool = True) -> InFlightEntry:
-    return InFlightEntry(Batch(base_sequence=seq, record_count=count), on_wire=on_wire)
+    return InFlightEntry(Batch(base_sequence=seq, record_count=count, on_wire=on_wire))
 
 
 def test_add_refuses_overlapping_sequences() -> None:
@@ -88,15 +88,20 @@ def test_add_refuses_overlapping_sequences() -> None:
 
 def test_counts_follow_add_remove_and_marks() -> None:
     p = PartitionProducer("t", 0)
-    a, b = entry(0), entry(1)
+    a, b = entry(0, on_wire=False), entry(1, on_wire=False)
     p.add(a)
     p.add(b)
-    p.mark_on_wire(a, False)
-    p.mark_retried(a)
-    p.mark_retried(a)  # marking twice counts once
-    assert (p.on_wire_count, p.retrying_count, p.retrying) == (1, 1, True)
+    p.wire(a.batch, True)
+    p.wire(b.batch, True)
+    p.wire(b.batch, True)  # putting it on the wire twice counts once
+    assert (p.wire_requests, p.on_wire_count) == (2, 2)
+    p.wire(a.batch, False)
+    a.retried = True
+    assert (p.wire_requests, p.on_wire_count, p.retrying) == (1, 1, True)
     p.remove(a)
-    assert (p.on_wire_count, p.retrying_count, p.retrying) == (1, 0, False)
+    assert (p.wire_requests, p.on_wire_count, p.retrying) == (1, 1, False)
+    p.remove(b)  # held no more, but its request can still land: it stays counted
+    assert (p.wire_requests, p.on_wire_count) == (1, 0)
 
 
 def test_restart_renumbers_held_batches_in_order() -> None:

@@ -28,7 +28,12 @@ from aiokprod.producer.batch import DELIVERY_STRIDE, ProducerBatch, RecordMetada
 from aiokprod.producer.batch import append_open as _append_open
 from aiokprod.producer.batching.batch_split import split_refused
 from aiokprod.producer.batching.send_rules import SendRules
-from aiokprod.producer.partition import GIVE_UP_FIRST, PartitionProducer, Partitions
+from aiokprod.producer.partition import (
+    GIVE_UP_FIRST,
+    HOLD_BACKOFF,
+    PartitionProducer,
+    Partitions,
+)
 from aiokprod.records import (
     CompressionRatioEstimator,
     CompressionType,
@@ -421,6 +426,7 @@ class RecordAccumulator:
         feed = self.on_queue_sizes
         urgent = exhausted or self._flushes > 0 or self._closed
         linger = self._linger
+        guarantee_order = self.guarantee_order
         for topic, parts in self._queues.items():
             meta = view.topics.get(topic)
             if feed is not None and meta is not None:
@@ -433,8 +439,6 @@ class RecordAccumulator:
                 first = queue.head()
                 if first is None:
                     continue
-                if queue.wire_requests and self.guarantee_order:
-                    continue  # muted: its batch on the wire must be answered first (D5)
                 pm = meta.partitions.get(partition) if meta is not None else None
                 if pm is None or pm.leader < 0:
                     result.unknown_leader_topics.add(topic)
@@ -442,14 +446,16 @@ class RecordAccumulator:
                 leader = pm.leader
                 if leader in result.ready_nodes:
                     continue
+                # what the drain's verdict would say of time and the wire: a retry backing
+                # off (R4), or muted behind its batch on the wire (D5)
+                hold = queue.waits(first, now, pm.leader_epoch, guarantee_order)
+                if hold == HOLD_BACKOFF:
+                    result.next_ready_delay = min(result.next_ready_delay, first.retry_at - now)
+                    continue
+                if hold:
+                    continue
                 if first.attempts > 0:
-                    wait_until = first.retry_at
-                    # backing off, unless its partition has a new leader since (Java's
-                    # hasLeaderChangedForTheOngoingRetry): the error was the old leader's
-                    if now < wait_until and not pm.leader_epoch > first.leader_epoch:
-                        result.next_ready_delay = min(result.next_ready_delay, wait_until - now)
-                        continue
-                    result.ready_nodes.add(leader)
+                    result.ready_nodes.add(leader)  # a retry goes as soon as it may
                     continue
                 full = len(queue.batches) - queue.drain_index > 1 or first.builder.is_full()
                 waited = now - first.created_at
@@ -502,9 +508,9 @@ class RecordAccumulator:
                     # D1: stop here; the rest goes in the next request
                     self._node_rotation[node] = (start + i) % n
                     break
+                rules.taken(queue, first)  # numbered (idempotence) before it is on the wire
                 queue.take_head(first)
                 self._queued_records -= first.record_count
-                rules.taken(queue, first)
                 first.seal()
                 first.drained_at = now
                 first.leader_epoch = leader_epoch
@@ -547,7 +553,6 @@ class RecordAccumulator:
         ``front`` is kept for callers: a retry always goes before what was never drained.
         """
         batch.attempts += 1
-        batch.in_retry = True
         batch.last_attempt_at = now
         batch.retry_at = now + self._retry_backoff(batch.attempts - 1) / 1000
         self._put_back(batch)

@@ -320,7 +320,7 @@ class IdempotenceManager:
         A new batch gets the partition's next sequence and the current id and epoch; a retried
         batch keeps its sequence, unless the partition restarts now (then every held batch is
         renumbered from 0 in order: the Java client's sequence adjustment). Either way it is
-        in flight.
+        in flight, and the drain puts it on the wire next (``PartitionProducer.take_head``).
         """
         ids = self._ids
         if ids.state is not ProducerIdState.READY:
@@ -332,7 +332,6 @@ class IdempotenceManager:
                 raise IllegalStateError(f"{p.topic}-{p.partition}: retry of sequence "
                                         f"{batch.base_sequence} is not allowed now (step 2c)")
             self._maybe_restart(p)
-            p.mark_on_wire(entry, True)
             return
         now = self._clock()
         if not p.new_batch_allowed(now, self._is_stale(p)):
@@ -457,11 +456,6 @@ class IdempotenceManager:
         """
         p = batch.owner
         self._apply(p, p.expired(batch, possibly_written))
-
-    def on_late_answer(self, batch: QueuedBatch) -> None:
-        """An error answer (or the connection's end) for a batch already failed by
-        delivery.timeout.ms: its request no longer travels (a success goes to ``on_success``)."""
-        batch.owner.expired_on_wire.discard(batch)
 
     # ---- KIP-1269 -------------------------------------------------------------------------
 

@@ -67,12 +67,9 @@ class BatchOutcomes:
         self.failed_batches = 0
 
     def sent(self, node: int, batches: list[ProducerBatch], now: float) -> None:
-        """The batches went out in one request: each partition counts it until its answer,
-        and the request is measured."""
-        for batch in batches:
-            self.in_flight.add(batch)
-            batch.on_wire = True
-            batch.owner.wire_requests += 1
+        """The batches went out in one request (their partitions put them on the wire when
+        they were drained, ``PartitionProducer.take_head``), and the request is measured."""
+        self.in_flight.update(batches)
         metrics = self._metrics
         if metrics is None:
             return
@@ -123,9 +120,7 @@ class BatchOutcomes:
         was the last (docs/batching.md D5). A queued batch failing (expired, aborted) was in
         no request: a partition muted by another batch's open request stays muted."""
         self.in_flight.discard(batch)
-        if batch.on_wire:
-            batch.on_wire = False
-            batch.owner.wire_requests -= 1
+        batch.owner.wire(batch, False)
 
     def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                   duplicate: bool = False) -> None:
@@ -195,10 +190,8 @@ class BatchOutcomes:
     def handle_error(self, batch: ProducerBatch, code: int, error: BaseException,
                       now: float) -> None:
         """One batch's error: retry, split, fail or go fatal, as policy and idempotence say."""
-        if batch.done:
+        if batch.done:  # failed by delivery.timeout.ms while on the wire: the late answer
             self.settle(batch)
-            if self._idem is not None:
-                self._idem.on_late_answer(batch)
             return
         past_deadline = now - batch.created_at >= self._delivery_timeout
         decision = classify(

@@ -111,7 +111,6 @@ class Sender:
             retries=retries, delivery_timeout_ms=delivery_timeout_ms, client_id=client_id,
             on_ack=on_ack, metrics=metrics, refresh_metadata=cluster.request_update,
             on_fatal=self._set_fatal)
-        self._in_flight = self._outcomes.in_flight  # the same set, read by the loop
         # Produce requests out and answers in; it counts each node's requests on the wire
         exchange = self._exchange = ProduceExchange(
             cluster=cluster, outcomes=self._outcomes, idempotence=idempotence,
@@ -191,7 +190,7 @@ class Sender:
         # no catch-all here: an unexpected exception ends the task and the supervisor turns the
         # producer fatal, failing every record with that cause (see supervisor.py)
         while True:
-            if self._closing and not self._acc.has_incomplete() and not self._in_flight:
+            if self._closing and not self._acc.has_incomplete() and not self._outcomes.in_flight:
                 return
             delay = self._run_once(self._clock())
             await self._waker.sleep(delay)
@@ -313,7 +312,7 @@ class Sender:
         exchange = self._exchange
         return SenderStatistics(
             in_flight_requests=sum(exchange.in_flight_requests.values()),
-            in_flight_batches=len(self._in_flight),
+            in_flight_batches=len(self._outcomes.in_flight),
             requests_sent=exchange.requests_sent,
             batches_sent=exchange.batches_sent,
             retries=self._outcomes.retries_done,
