@@ -60,8 +60,6 @@ __all__ = ["IdempotenceManager", "IdempotenceStatistics"]
 
 log = logging.getLogger(__name__)
 
-_TP = tuple[str, int]
-
 
 @dataclass(frozen=True)
 class IdempotenceStatistics:
@@ -128,7 +126,6 @@ class IdempotenceManager:
         self._ids = ProducerIdHolder(self._partitions, clock=clock,
                                      bump_via_init_producer_id=bump_via_init_producer_id,
                                      client_id=client_id)
-        self._with_unresolved: set[_TP] = set()  # step 1 visits only these
         # held batches taken out of in_flight because they can no longer be written in order
         # or exactly once (docs/idempotence.md, "A partition's first batches"); the sender
         # takes them (take_doomed), removes them from the accumulator and fails them
@@ -191,7 +188,6 @@ class IdempotenceManager:
                 and not p.unresolved and (p.next_sequence == 0 or self._is_stale(p))]
         for p in drop:
             self._partitions.drop(p.topic, p.partition)
-            self._with_unresolved.discard((p.topic, p.partition))
         return len(drop)
 
     def _is_stale(self, p: PartitionProducer[Any]) -> bool:
@@ -259,24 +255,22 @@ class IdempotenceManager:
     # ---- step 1 and the pending bump ------------------------------------------------------
 
     def maintain(self, now: float | None = None) -> None:
-        """Start of a send cycle: step 1 for every unresolved partition, then a pending local
-        bump. ``SendRules.before_drain`` runs it once per drain; it is cheap and idempotent."""
-        for key in list(self._with_unresolved):
-            self.check_unresolved(self._partitions.get(*key))
+        """Start of a send cycle: a pending local bump. ``SendRules.before_drain`` runs it
+        once per drain; it is cheap and idempotent. (Step 1 runs where it can change
+        something: after each outcome that leaves a partition with unresolved batches,
+        ``_settle_unresolved``.)"""
         self._ids.bump_locally(now)
 
-    def check_unresolved(self, tp: TopicPartitionLike) -> bool:
-        """docs/idempotence.md 1: drop unresolved batches a later success proved written (1a); if
-        some remain and nothing of the partition is in flight, they were not written: bump &
-        reset (1b). Returns True when it asked for the reset."""
-        p = self.partition_state(tp)
+    def _settle_unresolved(self, p: PartitionProducer[Any]) -> None:
+        """docs/idempotence.md 1, for a partition with unresolved batches, after an outcome of
+        one of its batches: drop those a later success proved written (1a); if some remain
+        and nothing of the partition is in flight, they were not written: bump & reset (1b).
+        Only an outcome can prove them written or empty the partition's flight, so this is
+        the moment to look, and the partitions themselves say which have any."""
         resolved, unwritten = p.settle_unresolved()
         self._resolved_total += resolved
-        if not p.unresolved:
-            self._with_unresolved.discard((p.topic, p.partition))
         if unwritten:
             self._request_reset(p, "unresolved batches and nothing left in flight (step 1b)")
-        return unwritten
 
     # ---- sending (steps 2-5) ------------------------------------------------------------
 
@@ -307,6 +301,8 @@ class IdempotenceManager:
                         self._client_id, p.topic, p.partition,
                         [e.base_sequence for e, _ in doomed if e.possibly_written], len(doomed))
             self._take_over(doomed)
+            if p.unresolved:
+                self._settle_unresolved(p)
 
     def _take_over(self, doomed: list[tuple[InFlightEntry, BaseException]]) -> None:
         """Batches a partition gave up on wait here until the sender takes them."""
@@ -354,7 +350,6 @@ class IdempotenceManager:
             self._sequence_resets += 1  # the first start is not a reset
         ids = self._ids
         p.restart_sequences(ids.producer_id, ids.producer_epoch, ids.generation)
-        self._with_unresolved.discard((p.topic, p.partition))
         log.debug("[client %s] %s-%d: sequences restart at 0 under producer id %d epoch %d "
                   "(%d held batch(es) renumbered)", self._client_id, p.topic, p.partition,
                   ids.producer_id, ids.producer_epoch, len(p.in_flight))
@@ -380,7 +375,7 @@ class IdempotenceManager:
                         [e.base_sequence for e, _ in doomed], batch.producer_id)
             self._take_over(doomed)
         if p.unresolved:
-            self.check_unresolved(p)
+            self._settle_unresolved(p)
 
     def take_doomed(self) -> list[tuple[SequencedBatch, BaseException]]:
         """Held batches that must fail now, with why; the sender removes them from the
@@ -430,9 +425,9 @@ class IdempotenceManager:
     def _apply(self, p: PartitionProducer[Any], outcome: Outcome) -> None:
         """What a partition's outcome asks of the producer as a whole."""
         if outcome.unresolved:
-            self._with_unresolved.add((p.topic, p.partition))
             self._unresolved_total += 1
-            self.check_unresolved(p)
+        if p.unresolved:
+            self._settle_unresolved(p)
         if outcome.reset is not None:
             self._request_reset(p, outcome.reset)
 
@@ -477,7 +472,7 @@ class IdempotenceManager:
             state=ids.state, producer_id=ids.producer_id,
             producer_epoch=ids.producer_epoch, partitions=len(self._partitions),
             in_flight_batches=sum(len(p.in_flight) for p in self._partitions),
-            partitions_with_unresolved=len(self._with_unresolved),
+            partitions_with_unresolved=sum(1 for p in self._partitions if p.unresolved),
             epoch_bumps=ids.epoch_bumps,
             producer_id_resets=max(0, ids.fresh_producer_ids - 1),
             sequence_resets=self._sequence_resets, retries=self._retries_done,
