@@ -236,7 +236,10 @@ class TransactionManager:
                 "the producer epoch must be bumped (a sequence error); abort the transaction"))
         for p in to_join:
             self.partitions.request_join(p)
-        if self.partitions.pending and (self._add_task is None or self._add_task.done()):
+        # the pending partitions are read from the table: only when a drain held one for
+        # its join and no AddPartitionsToTxn task is running (which asks again itself)
+        if to_join and (self._add_task is None or self._add_task.done()) and \
+                self.partitions.pending:
             self._add_task = self._spawn(self._add_partitions(),
                                          f"aiokprod-add-partitions[{self._client}]")
 

@@ -191,22 +191,20 @@ class PartitionsInTransaction:
     """Which partitions the open transaction holds, asked of the partitions themselves.
 
     Each partition's object holds its own stage in the open transaction
-    (``PartitionProducer.txn_number`` and ``txn_stage``); this keeps the transaction's number,
-    the partitions a drain found that still need AddPartitionsToTxn (the next request's
-    work) and the groups whose offsets joined. A partition a drain held because it was not
-    added yet becomes pending (``request_join``); the manager sends one AddPartitionsToTxn for
-    all of them per drain (``take_pending``), they are adding while it is on the wire, and
-    added once the coordinator accepted them. Only added partitions may be drained. Ending a
-    transaction (``clear``) counts the number on, which takes every partition out of it at once.
+    (``PartitionProducer.txn_number`` and ``txn_stage``); this keeps the transaction's number
+    and the groups whose offsets joined. A partition a drain held because it was not added yet
+    becomes pending (``request_join``); the manager sends one AddPartitionsToTxn for the
+    pending partitions (``take_pending``, which reads them from the table), they are adding
+    while it is on the wire, and added once the coordinator accepted them. Only added
+    partitions may be drained. Ending a transaction (``clear``) counts the number on, which
+    takes every partition out of it at once.
     """
 
-    __slots__ = ("_joined", "_partitions", "_pending", "number", "offsets_added")
+    __slots__ = ("_joined", "_partitions", "number", "offsets_added")
 
     def __init__(self, partitions: Partitions[Any]) -> None:
         self._partitions = partitions  # the producer's table, shared with the accumulator
         self.number = 1  # the open transaction's; a partition's txn_number 0 is none
-        # seen by a drain, not yet asked for
-        self._pending: list[PartitionProducer[Any]] = []
         # groups whose offsets joined this transaction (AddOffsetsToTxn answered)
         self.offsets_added: set[str] = set()
         # partitions adding or added in this transaction: counted, not read back from the
@@ -222,11 +220,9 @@ class PartitionsInTransaction:
         """A drain held a batch of ``p`` because the partition is not part of the transaction
         yet (``PartitionProducer.verdict``, HOLD_TXN_JOIN): ask for it with the next
         AddPartitionsToTxn, unless it is already pending or being added."""
-        if p.txn_number == self.number:
-            return
-        p.txn_number = self.number
-        p.txn_stage = TXN_PENDING
-        self._pending.append(p)
+        if p.txn_number != self.number:
+            p.txn_number = self.number
+            p.txn_stage = TXN_PENDING
 
     def add_implicitly(self, p: PartitionProducer[Any]) -> None:
         """KIP-890: the partition leader adds it to the transaction itself (Produce v12)."""
@@ -235,15 +231,20 @@ class PartitionsInTransaction:
         p.txn_number = self.number
         p.txn_stage = TXN_ADDED
 
+    def _in_stage(self, stage: int) -> list[PartitionProducer[Any]]:
+        """The partitions at ``stage`` of the open transaction, read from the table: once per
+        AddPartitionsToTxn, not per drain."""
+        number = self.number
+        return [p for p in self._partitions if p.txn_number == number and p.txn_stage == stage]
+
     @property
     def pending(self) -> bool:
         """Partitions wait for an AddPartitionsToTxn."""
-        return bool(self._pending)
+        return bool(self._in_stage(TXN_PENDING))
 
     def take_pending(self) -> list[PartitionProducer[Any]]:
         """The partitions for the next AddPartitionsToTxn; they are adding from now on."""
-        taken = sorted(self._pending, key=lambda p: (p.topic, p.partition))
-        self._pending.clear()
+        taken = sorted(self._in_stage(TXN_PENDING), key=lambda p: (p.topic, p.partition))
         for p in taken:
             p.txn_stage = TXN_ADDING
         self._joined += len(taken)
@@ -259,7 +260,6 @@ class PartitionsInTransaction:
         for p in partitions:
             if self.stage(p) == TXN_ADDING:
                 p.txn_stage = TXN_PENDING
-                self._pending.append(p)
                 self._joined -= 1
 
     def members(self) -> list[PartitionProducer[Any]]:
@@ -276,7 +276,6 @@ class PartitionsInTransaction:
     def clear(self) -> None:
         """A transaction ended: the next one starts empty."""
         self.number += 1
-        self._pending.clear()
         self.offsets_added.clear()
         self._joined = 0
 
@@ -284,5 +283,5 @@ class PartitionsInTransaction:
         members = self.members()
         added = sum(1 for p in members if p.txn_stage == TXN_ADDED)
         return (f"<PartitionsInTransaction #{self.number} added={added} "
-                f"adding={len(members) - added} pending={len(self._pending)} "
+                f"adding={len(members) - added} pending={len(self._in_stage(TXN_PENDING))} "
                 f"groups={len(self.offsets_added)}>")
