@@ -805,11 +805,14 @@ class Partitions(Generic[B]):
     partitions-by-leader) knows when it is stale, whoever created one.
     """
 
-    __slots__ = ("by_topic", "created")
+    __slots__ = ("by_topic", "created", "open_transaction")
 
     def __init__(self) -> None:
         self.by_topic: dict[str, dict[int, PartitionProducer[B]]] = {}
         self.created = 0
+        # the number of the open transaction (``PartitionsInTransaction`` counts it on when
+        # one ends); a partition's ``txn_stage`` speaks of it when its ``txn_number`` matches
+        self.open_transaction = 1
 
     def get(self, topic: str, partition: int) -> PartitionProducer[B]:
         """The partition's object, created on first use."""
@@ -827,12 +830,19 @@ class Partitions(Generic[B]):
         return parts.get(partition) if parts is not None else None
 
     def drop(self, topic: str, partition: int) -> None:
+        """Forget an idle partition (its topic left the metadata). One that the open
+        transaction holds (adding or added) is kept: the coordinator counts it until EndTxn,
+        and the transaction reads its members from this table."""
         parts = self.by_topic.get(topic)
-        if parts is not None:
-            parts.pop(partition, None)
-            if not parts:
-                del self.by_topic[topic]
-            self.created += 1  # a cache over them is stale too
+        p = parts.get(partition) if parts is not None else None
+        if parts is None or p is None:
+            return
+        if p.txn_number == self.open_transaction and p.txn_stage >= TXN_ADDING:
+            return
+        del parts[partition]
+        if not parts:
+            del self.by_topic[topic]
+        self.created += 1  # a cache over them is stale too
 
     def __iter__(self) -> Iterator[PartitionProducer[B]]:
         for parts in self.by_topic.values():

@@ -173,15 +173,20 @@ def test_an_answer_for_an_ended_transaction_adds_nothing_to_the_next() -> None:
     assert not parts.pending
 
 
-def test_a_transaction_stays_started_when_an_idle_topic_leaves_the_table() -> None:
-    """The coordinator still counts a partition the producer forgot (an idle topic dropped by
-    metadata.max.idle.ms): the transaction must still end with EndTxn."""
+def test_a_transaction_stays_started_when_an_idle_topic_leaves_the_metadata() -> None:
+    """The coordinator still counts a partition of an idle topic (dropped from the metadata by
+    metadata.max.idle.ms): the table keeps it while the transaction is open, so the
+    transaction still ends with EndTxn; once it ended, the partition may go."""
     table = Partitions()
     parts = PartitionsInTransaction(table)
-    assert not drained(parts, table.get("t", 0))
+    t0 = table.get("t", 0)
+    assert not drained(parts, t0)
     parts.on_added(parts.take_pending())
     table.drop("t", 0)
-    assert parts.started and parts.members() == []
+    assert parts.started and parts.members() == [t0] and table.find("t", 0) is t0
+    parts.clear()
+    table.drop("t", 0)
+    assert not parts.started and table.find("t", 0) is None
 
 
 def test_a_partition_added_implicitly_may_send_at_once() -> None:

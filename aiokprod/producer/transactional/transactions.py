@@ -200,17 +200,18 @@ class PartitionsInTransaction:
     takes every partition out of it at once.
     """
 
-    __slots__ = ("_joined", "_partitions", "number", "offsets_added")
+    __slots__ = ("_partitions", "offsets_added")
 
     def __init__(self, partitions: Partitions[Any]) -> None:
         self._partitions = partitions  # the producer's table, shared with the accumulator
-        self.number = 1  # the open transaction's; a partition's txn_number 0 is none
         # groups whose offsets joined this transaction (AddOffsetsToTxn answered)
         self.offsets_added: set[str] = set()
-        # partitions adding or added in this transaction: counted, not read back from the
-        # table, which may drop an idle topic's partitions while the coordinator still counts
-        # them in the transaction (EndTxn must still be sent)
-        self._joined = 0
+
+    @property
+    def number(self) -> int:
+        """The open transaction's number, kept by the table (a partition's txn_number 0 is
+        none), which keeps the partitions of the open transaction until it ends."""
+        return self._partitions.open_transaction
 
     def stage(self, p: PartitionProducer[Any]) -> int:
         """How far ``p`` got into the open transaction (TXN_*)."""
@@ -226,8 +227,6 @@ class PartitionsInTransaction:
 
     def add_implicitly(self, p: PartitionProducer[Any]) -> None:
         """KIP-890: the partition leader adds it to the transaction itself (Produce v12)."""
-        if p.txn_number != self.number or p.txn_stage < TXN_ADDING:
-            self._joined += 1
         p.txn_number = self.number
         p.txn_stage = TXN_ADDED
 
@@ -247,7 +246,6 @@ class PartitionsInTransaction:
         taken = sorted(self._in_stage(TXN_PENDING), key=lambda p: (p.topic, p.partition))
         for p in taken:
             p.txn_stage = TXN_ADDING
-        self._joined += len(taken)
         return taken
 
     def on_added(self, partitions: list[PartitionProducer[Any]]) -> None:
@@ -260,10 +258,10 @@ class PartitionsInTransaction:
         for p in partitions:
             if self.stage(p) == TXN_ADDING:
                 p.txn_stage = TXN_PENDING
-                self._joined -= 1
 
     def members(self) -> list[PartitionProducer[Any]]:
-        """The partitions added or being added (reads every partition: diagnostics)."""
+        """The partitions added or being added (reads every partition: at the transaction's
+        end, and for diagnostics)."""
         number = self.number
         return [p for p in self._partitions
                 if p.txn_number == number and p.txn_stage >= TXN_ADDING]
@@ -271,13 +269,12 @@ class PartitionsInTransaction:
     @property
     def started(self) -> bool:
         """The coordinator knows about this transaction: ending it needs EndTxn."""
-        return bool(self.offsets_added) or self._joined > 0
+        return bool(self.offsets_added) or bool(self.members())
 
     def clear(self) -> None:
         """A transaction ended: the next one starts empty."""
-        self.number += 1
+        self._partitions.open_transaction += 1
         self.offsets_added.clear()
-        self._joined = 0
 
     def __repr__(self) -> str:
         members = self.members()
