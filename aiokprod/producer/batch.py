@@ -45,7 +45,6 @@ class ProducerBatch:
         "final_state",
         "last_attempt_at",
         "leader_epoch",
-        "on_wire",
         "owner",
         "producer_epoch",
         "producer_id",
@@ -100,10 +99,6 @@ class ProducerBatch:
         # whose partition has a newer leader since goes at once, without the retry backoff:
         # the error was most likely the old leader's (Java's hasLeaderChangedForTheOngoingRetry)
         self.leader_epoch = -1
-        # drained into a request not answered yet (the connection's end counts as an answer),
-        # also after delivery.timeout.ms failed it: the request can still land. Changed only by
-        # its partition (PartitionProducer.wire), which counts its batches on the wire
-        self.on_wire = False
         # waiting in its partition's queue to be drained: True from creation until drained,
         # again when put back for a retry (PartitionProducer.batches and its drain cursor)
         self.queued = True
@@ -121,6 +116,12 @@ class ProducerBatch:
     @property
     def partition(self) -> int:
         return self.owner.partition
+
+    @property
+    def on_wire(self) -> bool:
+        """Drained into a request not answered yet, also after delivery.timeout.ms failed it
+        (the request can still land): its partition's ``wire`` is the one record of it."""
+        return self in self.owner.wire
 
     # ---- filling ---------------------------------------------------------------------------
 

@@ -137,8 +137,8 @@ class PartitionProducer(Generic[B]):
     one partition.
 
     One object, shared by the accumulator (which appends to and drains ``batches``), the
-    sender (which counts ``wire_requests``) and the idempotence manager (everything below
-    them), so that these facts cannot disagree. Created on first use with
+    sender (whose requests carry the batches on its ``wire``) and the idempotence manager
+    (everything below them), so that these facts cannot disagree. Created on first use with
     ``producer_id = -1``, which makes it "stale" against any real producer id: the first drain
     resets it to sequence 0 under the current id and epoch.
     """
@@ -155,12 +155,13 @@ class PartitionProducer(Generic[B]):
     # The drain cursor into ``batches`` (franz-go's batchDrainIdx): the next batch to drain is
     # the first at or after it that is waiting (``ProducerBatch.queued``).
     drain_index: int = 0
-    # How many of its batches are on the wire (``ProducerBatch.on_wire``: in requests not
-    # answered yet, a batch failed by delivery.timeout.ms meanwhile included, as its request
-    # can still land). Counted by ``wire``, the one place that changes a batch's flag. With
-    # max.in.flight.requests.per.connection=1 the partition is muted while this is above 0
-    # (docs/batching.md D5); a fresh producer id waits for it to be 0 everywhere.
-    wire_requests: int = 0
+    # Its batches on the wire: drained into requests not answered yet (the connection's end
+    # counts as an answer), a batch failed by delivery.timeout.ms meanwhile included, as its
+    # request can still land. The one record of "on the wire": a batch's ``on_wire`` reads it,
+    # with max.in.flight.requests.per.connection=1 the partition is muted while it is not
+    # empty (docs/batching.md D5), a fresh producer id waits for every partition's to be
+    # empty, and the sender expires the ones not failed yet at delivery.timeout.ms.
+    wire: list[B] = field(default_factory=list)
     # The producer id and epoch the sequences below belong to. When the manager's current id or
     # epoch differs (after a bump or a new id), the partition is stale: it must start again at
     # 0, but only once no batch of the old epoch can still reach the broker (idempotence.md 2b/3).
@@ -219,7 +220,8 @@ class PartitionProducer(Generic[B]):
         """How many held batches are on the wire: a reset may only happen at 0 (step 3) and,
         while retrying, a partition sends only at 0 (step 2c). Read from the batches: the
         held ones are at most the broker's window."""
-        return sum(1 for entry in self.in_flight if entry.batch.on_wire)
+        wire = self.wire
+        return sum(1 for entry in self.in_flight if entry.batch in wire) if wire else 0
 
     @property
     def retrying(self) -> bool:
@@ -274,15 +276,16 @@ class PartitionProducer(Generic[B]):
         the cursor to it)."""
         self.drain_index += 1
         batch.queued = False
-        self.wire(batch, True)
+        self.wire.append(batch)
 
-    def wire(self, batch: SequencedBatch, on: bool) -> None:
-        """``batch`` went on the wire (drained), or off it (answered, the connection's end,
-        not sent after all): the one place that changes ``on_wire``, so ``wire_requests``
-        counts exactly the batches that say so."""
-        if batch.on_wire != on:
-            batch.on_wire = on
-            self.wire_requests += 1 if on else -1
+    def off_wire(self, batch: SequencedBatch) -> None:
+        """``batch``'s request is answered (the connection's end included), or it was not
+        sent after all: whoever learns it first takes it off the wire, later calls do nothing."""
+        wire = self.wire
+        if wire and wire[0] is batch:
+            del wire[0]
+        elif batch in wire:
+            wire.remove(batch)
 
     def waiting(self) -> list[B]:
         """The batches waiting to be drained, in drain order."""
@@ -417,11 +420,11 @@ class PartitionProducer(Generic[B]):
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} {self.topic}-{self.partition} "
-                f"queued={len(self.batches)} wire_requests={self.wire_requests} "
+                f"queued={len(self.batches)} on_wire={len(self.wire)} "
                 f"pid={self.producer_id} epoch={self.producer_epoch} gen={self.generation} "
                 f"next={self.next_sequence} acked={self.last_acked_sequence} "
                 f"in_flight={len(self.in_flight)}/{self.in_flight_limit} "
-                f"on_wire={self.on_wire_count} unresolved={len(self.unresolved)} "
+                f"held_on_wire={self.on_wire_count} unresolved={len(self.unresolved)} "
                 f"retrying={self.retrying} reset_requested={self.reset_requested} "
                 f"leader_holds_state={self.leader_holds_state}>")
 
@@ -460,7 +463,7 @@ class PartitionProducer(Generic[B]):
         HOLD_BACKOFF, HOLD_MUTED or SEND."""
         if batch.attempts > 0 and now < batch.retry_at and not leader_epoch > batch.leader_epoch:
             return HOLD_BACKOFF  # unless its partition has a new leader since the error
-        if self.wire_requests and guarantee_order:
+        if self.wire and guarantee_order:
             return HOLD_MUTED
         return SEND
 
@@ -636,7 +639,7 @@ class PartitionProducer(Generic[B]):
         """Step 9 (and DUPLICATE_SEQUENCE_NUMBER, offset -1): the records are written. Also
         for a batch that already expired: its success resolves it (step 1a). Returns the
         held batches it overtook (F2), taken out of flight: they must fail."""
-        self.wire(batch, False)  # answered (a batch that expired on the wire included)
+        self.off_wire(batch)  # answered (a batch that expired on the wire included)
         entry = self.entry_for(batch)
         earlier: list[InFlightEntry] = []
         if entry is not None:
@@ -687,7 +690,7 @@ class PartitionProducer(Generic[B]):
         if not entry.on_wire:
             raise IllegalStateError(f"{self.topic}-{self.partition}: an answer for sequence "
                                     f"{batch.base_sequence}, which is not on the wire")
-        self.wire(batch, False)
+        self.off_wire(batch)
         if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
             # refused by a leader that checks (or lost) our sequences: had an earlier attempt
             # been written, this one would be answered as its duplicate (the broker keeps the
@@ -728,7 +731,7 @@ class PartitionProducer(Generic[B]):
         if entry is None:
             raise IllegalStateError(f"{self.topic}-{self.partition}: on_not_sent for an "
                                     f"untracked batch")
-        self.wire(batch, False)
+        self.off_wire(batch)
         entry.retried = True
 
     def expired(self, batch: SequencedBatch, possibly_written: bool) -> Outcome:
@@ -741,7 +744,7 @@ class PartitionProducer(Generic[B]):
         entry = self.entry_for(batch)
         if entry is None:
             return NOTHING
-        # one on the wire stays there (counted in wire_requests) until its request's answer
+        # one on the wire stays there (in ``wire``) until its request's answer
         written = entry.on_wire or entry.possibly_written or possibly_written
         self.remove(entry)
         if written:

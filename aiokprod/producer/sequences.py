@@ -116,8 +116,11 @@ class SequencedBatch(TopicPartitionLike, Protocol):
     producer_id: int
     producer_epoch: int
     attempts: int
-    # in a request not answered yet (changed only by ``PartitionProducer.wire``)
-    on_wire: bool
+
+    @property
+    def on_wire(self) -> bool:
+        """In a request not answered yet (read from its partition's ``wire``)."""
+        ...
 
     @property
     def record_count(self) -> int: ...

@@ -50,7 +50,6 @@ class Batch:
     records: list[int] = field(default_factory=list)
     owner: PartitionProducer[Any] = field(default=None)  # type: ignore[assignment]
     queued: bool = True
-    on_wire: bool = False
     retry_at: float = 0.0
     leader_epoch: int = -1
 
@@ -63,6 +62,11 @@ class Batch:
     def stamp(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         self.producer_id, self.producer_epoch, self.base_sequence = (
             producer_id, producer_epoch, base_sequence)
+
+    @property
+    def on_wire(self) -> bool:
+        """As the producer's batch: its partition's ``wire`` says."""
+        return self in self.owner.wire
 
     @property
     def header(self) -> tuple[int, int, int]:

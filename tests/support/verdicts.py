@@ -35,6 +35,6 @@ def may_send(m: IdempotenceManager, target: Any, now: float | None = None) -> bo
 
 def take(m: IdempotenceManager, batch: Any) -> None:
     """What a drain does with a batch its verdict let go: numbered (``SendRules.taken``),
-    then on the wire (``PartitionProducer.take_head``)."""
+    then on the wire (``PartitionProducer.take_head``; the stand-in is in no queue)."""
     m.assign_sequence(batch)
-    batch.owner.wire(batch, True)
+    batch.owner.wire.append(batch)

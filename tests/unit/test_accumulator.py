@@ -346,12 +346,13 @@ async def test_drain_skips_a_partition_its_verdict_holds() -> None:
     view = view_of({TOPIC: [1, 1, 1]})
     _one_batch_per_partition(h, 3)
     h.acc.guarantee_order = True
-    h.acc.partition(TOPIC, 1).wire_requests = 1  # muted: a batch of it is on the wire (D5)
+    muted = h.acc.partition(TOPIC, 1)
+    muted.wire.append(muted.batches[0])  # muted: a batch of it is on the wire (D5)
     taken = h.drain(view)
     assert sorted(b.partition for b in taken) == [0, 2]
     assert all(b.sealed is not None for b in taken)
     assert h.acc.statistics().queued_batches == 1
-    h.acc.partition(TOPIC, 1).wire_requests = 0  # answered
+    muted.wire.clear()  # answered
     (held,) = h.drain(view)
     assert held.partition == 1
 

@@ -73,41 +73,44 @@ def test_increment_then_precedes(seq: int, n: int) -> None:
 
 # ---- PartitionProducer ---------------------------------------------------------------
 
-def entry(seq: int, count: int = 1, *, on_wire: bool = True) -> InFlightEntry:
-    return InFlightEntry(Batch(base_sequence=seq, record_count=count, on_wire=on_wire))
+def entry(p: PartitionProducer, seq: int, count: int = 1, *, on_wire: bool = True
+          ) -> InFlightEntry:
+    """A held batch of ``p``, on the wire unless said otherwise."""
+    batch = Batch(base_sequence=seq, record_count=count, owner=p)
+    if on_wire:
+        p.wire.append(batch)
+    return InFlightEntry(batch)
 
 
 def test_add_refuses_overlapping_sequences() -> None:
     p = PartitionProducer("t", 0)
-    p.add(entry(0, 3))
+    p.add(entry(p, 0, 3))
     with pytest.raises(IllegalStateError):
-        p.add(entry(2, 1))
-    p.add(entry(3, 1))
+        p.add(entry(p, 2, 1))
+    p.add(entry(p, 3, 1))
     assert p.on_wire_count == 2
 
 
-def test_counts_follow_add_remove_and_marks() -> None:
+def test_counts_are_read_from_the_wire_and_the_held_entries() -> None:
     p = PartitionProducer("t", 0)
-    a, b = entry(0, on_wire=False), entry(1, on_wire=False)
+    a, b = entry(p, 0), entry(p, 1)
     p.add(a)
     p.add(b)
-    p.wire(a.batch, True)
-    p.wire(b.batch, True)
-    p.wire(b.batch, True)  # putting it on the wire twice counts once
-    assert (p.wire_requests, p.on_wire_count) == (2, 2)
-    p.wire(a.batch, False)
+    assert (len(p.wire), p.on_wire_count, a.on_wire, p.retrying) == (2, 2, True, False)
+    p.off_wire(a.batch)
+    p.off_wire(a.batch)  # a second answer (the connection's end after it) changes nothing
     a.retried = True
-    assert (p.wire_requests, p.on_wire_count, p.retrying) == (1, 1, True)
+    assert (len(p.wire), p.on_wire_count, a.on_wire, p.retrying) == (1, 1, False, True)
     p.remove(a)
-    assert (p.wire_requests, p.on_wire_count, p.retrying) == (1, 1, False)
-    p.remove(b)  # held no more, but its request can still land: it stays counted
-    assert (p.wire_requests, p.on_wire_count) == (1, 0)
+    assert (len(p.wire), p.on_wire_count, p.retrying) == (1, 1, False)
+    p.remove(b)  # held no more, but its request can still land: it stays on the wire
+    assert (len(p.wire), p.on_wire_count, b.on_wire) == (1, 0, True)
 
 
 def test_restart_renumbers_held_batches_in_order() -> None:
     p = PartitionProducer("t", 0, producer_id=7, producer_epoch=0, next_sequence=20,
                                last_acked_sequence=9)
-    held = [entry(10, 4, on_wire=False), entry(14, 2, on_wire=False)]
+    held = [entry(p, 10, 4, on_wire=False), entry(p, 14, 2, on_wire=False)]
     for e in held:
         p.add(e)
     p.unresolved.append(UnresolvedRange(8, 9, 7, 0))
@@ -120,7 +123,7 @@ def test_restart_renumbers_held_batches_in_order() -> None:
 
 def test_restart_is_refused_while_something_is_on_the_wire() -> None:
     p = PartitionProducer("t", 0)
-    p.add(entry(0))
+    p.add(entry(p, 0))
     with pytest.raises(IllegalStateError):
         p.restart_sequences(1, 0)
 
@@ -154,6 +157,6 @@ def test_is_next_sequence_across_the_wrap() -> None:
 
 def test_repr_names_the_partition_and_counts() -> None:
     p = PartitionProducer("orders", 3)
-    p.add(entry(0))
+    p.add(entry(p, 0))
     text = repr(p)
     assert "orders-3" in text and "in_flight=1/5" in text

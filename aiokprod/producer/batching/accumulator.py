@@ -152,7 +152,7 @@ class RecordAccumulator:
         self._node_rotation: dict[int, int] = {}
         self._queued_records = 0  # incrementally kept for statistics()
         # max.in.flight.requests.per.connection=1 promises order without idempotence: a
-        # partition with a batch on the wire (PartitionProducer.wire_requests > 0) is muted --
+        # partition with a batch on the wire (a batch in PartitionProducer.wire) is muted --
         # neither ready nor drained -- so a later batch cannot overtake it through a new
         # leader (Java's guaranteeMessageOrder)
         self.guarantee_order = False
@@ -672,6 +672,11 @@ class RecordAccumulator:
         self._queued_records -= batch.record_count
         return True
 
+    def on_wire(self) -> list[ProducerBatch]:
+        """The batches sent and not answered yet, nor failed meanwhile (by
+        delivery.timeout.ms): read from the partitions' ``wire``, where the drain put them."""
+        return [b for p in self._partitions if p.wire for b in p.wire if not b.done]
+
     def incomplete_batches(self) -> list[ProducerBatch]:
         return list(self._incomplete)
 
@@ -691,7 +696,7 @@ class RecordAccumulator:
         parts = self._queues.get(topic)
         if parts is None:
             return True
-        if any(p.batches or p.wire_requests or p.in_flight or p.unresolved or p.next_sequence
+        if any(p.batches or p.wire or p.in_flight or p.unresolved or p.next_sequence
                for p in parts.values()):
             return False  # queued, on the wire, or sequences idempotence decides about
         for partition in list(parts):
@@ -707,7 +712,7 @@ class RecordAccumulator:
             incomplete_batches=len(self._incomplete),
             flushes_in_progress=self._flushes,
             closed=self._closed,
-            muted_partitions=sum(1 for p in self._partitions if p.wire_requests)
+            muted_partitions=sum(1 for p in self._partitions if p.wire)
             if self.guarantee_order else 0,
         )
 

@@ -184,7 +184,7 @@ class IdempotenceManager:
         written, or written under an id/epoch since replaced. Returns how many were dropped.
         """
         drop = [p for p in self._partitions.by_topic.get(topic, {}).values()
-                if not p.batches and not p.wire_requests and not p.in_flight
+                if not p.batches and not p.wire and not p.in_flight
                 and not p.unresolved and (p.next_sequence == 0 or self._is_stale(p))]
         for p in drop:
             self._partitions.drop(p.topic, p.partition)

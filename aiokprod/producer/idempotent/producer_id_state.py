@@ -167,7 +167,7 @@ class ProducerIdHolder:
 
     def _any_on_wire(self) -> bool:
         """A batch of the producer is on the wire (a fresh id waits for none to be)."""
-        return any(p.wire_requests for p in self._partitions)
+        return any(p.wire for p in self._partitions)
 
     def fire(self, event: Event) -> None:
         """Move along the table; an event it does not list raises IllegalStateError."""

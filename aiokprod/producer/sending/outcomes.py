@@ -60,16 +60,12 @@ class BatchOutcomes:
         self._metrics = metrics
         self._refresh_metadata = refresh_metadata
         self._on_fatal = on_fatal
-        # batches sent and not answered, nor failed by delivery.timeout.ms meanwhile (one
-        # that was still counts in its partition's wire_requests until its answer comes)
-        self.in_flight: set[ProducerBatch] = set()
         self.retries_done = 0
         self.failed_batches = 0
 
     def sent(self, node: int, batches: list[ProducerBatch], now: float) -> None:
         """The batches went out in one request (their partitions put them on the wire when
-        they were drained, ``PartitionProducer.take_head``), and the request is measured."""
-        self.in_flight.update(batches)
+        they were drained, ``PartitionProducer.take_head``): the request is measured."""
         metrics = self._metrics
         if metrics is None:
             return
@@ -109,7 +105,7 @@ class BatchOutcomes:
         """Fail every batch held, queued or on the wire (close, a fatal error)."""
         for batch in self._acc.abort_queued():
             self.fail(batch, error)
-        for batch in list(self.in_flight):
+        for batch in self._acc.on_wire():
             self.fail(batch, error)
         for batch in self._acc.incomplete_batches():
             self.fail(batch, error)
@@ -119,8 +115,7 @@ class BatchOutcomes:
         split, a failure), its partition counts one request fewer, which unmutes it when it
         was the last (docs/batching.md D5). A queued batch failing (expired, aborted) was in
         no request: a partition muted by another batch's open request stays muted."""
-        self.in_flight.discard(batch)
-        batch.owner.wire(batch, False)
+        batch.owner.off_wire(batch)
 
     def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int,
                   duplicate: bool = False) -> None:
@@ -135,12 +130,9 @@ class BatchOutcomes:
 
     def fail(self, batch: ProducerBatch, error: BaseException, *,
               still_on_wire: bool = False) -> None:
-        if still_on_wire:
-            # expired while its request is unanswered: it leaves our bookkeeping, but its
-            # partition counts the request (and stays muted) until the answer (or the
-            # connection's end) arrives
-            self.in_flight.discard(batch)
-        else:
+        if not still_on_wire:
+            # expired while its request is unanswered, it stays on its partition's wire (which
+            # stays muted) until the answer (or the connection's end) arrives
             self.settle(batch)
         if batch.done:
             return
@@ -239,13 +231,14 @@ class BatchOutcomes:
                 self._idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
             self.fail(batch, self._acc.delivery_timeout_error(batch, now))
         deadline = self._delivery_timeout
-        for batch in [b for b in self.in_flight if now - b.created_at >= deadline]:
+        for batch in [b for b in self._acc.on_wire() if now - b.created_at >= deadline]:
             if self._idem is not None:
                 self._idem.on_delivery_timeout(batch, possibly_written=True)
             self.fail(batch, self._acc.delivery_timeout_error(batch, now), still_on_wire=True)
 
     def next_in_flight_expiry(self, now: float) -> float:
-        if not self.in_flight:
+        on_wire = self._acc.on_wire()
+        if not on_wire:
             return float("inf")
-        oldest = min(b.created_at for b in self.in_flight)
+        oldest = min(b.created_at for b in on_wire)
         return max(0.0, oldest + self._delivery_timeout - now)

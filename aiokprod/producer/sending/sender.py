@@ -190,7 +190,7 @@ class Sender:
         # no catch-all here: an unexpected exception ends the task and the supervisor turns the
         # producer fatal, failing every record with that cause (see supervisor.py)
         while True:
-            if self._closing and not self._acc.has_incomplete() and not self._outcomes.in_flight:
+            if self._closing and not self._acc.has_incomplete() and not self._acc.on_wire():
                 return
             delay = self._run_once(self._clock())
             await self._waker.sleep(delay)
@@ -303,7 +303,7 @@ class Sender:
 
     def in_flight_batches(self) -> list[ProducerBatch]:
         """Batches sent and not answered yet (a transaction abort waits for them)."""
-        return list(self._outcomes.in_flight)
+        return self._acc.on_wire()
 
     # ---- introspection ---------------------------------------------------------------------
 
@@ -312,7 +312,7 @@ class Sender:
         exchange = self._exchange
         return SenderStatistics(
             in_flight_requests=sum(exchange.in_flight_requests.values()),
-            in_flight_batches=len(self._outcomes.in_flight),
+            in_flight_batches=len(self._acc.on_wire()),
             requests_sent=exchange.requests_sent,
             batches_sent=exchange.batches_sent,
             retries=self._outcomes.retries_done,
