@@ -67,7 +67,8 @@ def pytest_runtest_makereport(
 
 # The files that take longest (each 1-6 minutes of a run, most of it waiting for JVMs and
 # Spark), slowest first. `make test` hands whole files to two pytest-xdist workers in
-# collection order, so these go first and the many short files fill in beside them; collected
+# collection order (`--no-loadscope-reorder`: xdist's default sorts files by their number of
+# tests instead), so these go first and the many short files fill in beside them; collected
 # last, one of them would run alone at the end. Only the order changes, never what runs.
 _LONGEST_FIRST = (
     "test_spark_exactly_once.py",
@@ -83,6 +84,35 @@ _LONGEST_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
+# Files that go to one pytest-xdist worker as one unit (--dist loadfile), one after the other in
+# collection order, because they share a session fixture that costs far more to start than
+# the files take to run: the local[2,2] Spark session (~30 s of CPU and ~25 s to start its JVM
+# and warm it up; each worker that runs one of these files starts its own) and the secure Kafka
+# node (`kafka_secure`). Only where the files run changes, never what runs.
+_SAME_WORKER = {
+    "test_spark_exactly_once.py": "spark-local",
+    "test_spark_sink.py": "spark-local",
+    "test_kafka_security_listeners.py": "spark-local",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadfile with the files of ``_SAME_WORKER`` grouped; other modes as xdist has
+    them (None: xdist's own choice)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
+
+    class GroupedLoadFile(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            group = _SAME_WORKER.get(path.rsplit("/", 1)[-1])
+            return f"group:{group}" if group else str(super()._split_scope(nodeid))
+
+    return GroupedLoadFile(config, log)
 
 
 def _test_failed(request: pytest.FixtureRequest) -> bool:

@@ -94,12 +94,11 @@ async def test_committed_and_aborted_transactions(kafka_release: KafkaCluster) -
     assert transaction_version == TRANSACTION_VERSION[version]
 
 
-@pytest.mark.parametrize("version", OLDER)
-async def test_sasl_ssl_scram_handshake(kafka_factory: Callable[..., KafkaCluster],
-                                        version: str) -> None:
-    cluster = await asyncio.to_thread(kafka_factory, version=version,
-                                      security=SecurityOptions())
-    assert cluster.tls is not None
+@pytest.mark.parametrize("kafka_release", OLDER, indirect=True)
+async def test_sasl_ssl_scram_handshake(kafka_release: KafkaCluster) -> None:
+    # the release's shared node runs in the secure shape (support.kafka_fixtures.kafka_release)
+    cluster = kafka_release
+    assert cluster.tls is not None and cluster.security == SecurityOptions()
     topic = topic_name("versions-sec")
     await asyncio.to_thread(cluster.create_topic, topic, 1)
     async with Producer(bootstrap_servers=cluster.bootstrap_for("SASL_SSL"),

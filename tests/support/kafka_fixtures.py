@@ -10,7 +10,9 @@
 * ``kafka_release`` — one node of another Apache Kafka release, named by an indirect
   parameter (``@pytest.mark.parametrize("kafka_release", ["3.9.1", "4.4.0"], indirect=True)``),
   for behaviour that changed between releases (transaction version 1 on 3.9, 2 on 4.x); the
-  default release is the shared ``kafka`` node. Shared like ``kafka``: do not stop it.
+  default release is the shared ``kafka`` node; another release is started in the secure shape
+  (``kafka_secure``'s listeners besides PLAINTEXT), so a test of that release's SASL/TLS
+  handshake needs no node of its own. Shared like ``kafka``: do not stop it.
 * ``kafka_factory`` — private clusters for a test that kills, stops or restarts brokers, or
   needs an advertised port (a proxy in front); all stopped when the test ends.
 * ``kafka_behind_proxy(start, seed=...)`` — not a fixture: one node that advertises a fault
@@ -156,7 +158,10 @@ def kafka_release(request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """One node of the release named by the indirect parameter, shared until a test asks for
     another release (pytest then stops this one first: one extra JVM at a time). Its jars are
-    resolved into the same cache as the default release's, once per release."""
+    resolved into the same cache as the default release's, once per release. A release other
+    than the default one runs in the secure shape (SSL, SASL_PLAINTEXT and SASL_SSL listeners
+    besides PLAINTEXT, ``SecurityOptions()``): the handshake tests of test_kafka_versions.py
+    use it instead of starting one more node per release (~10 s each)."""
     version = str(getattr(request, "param", KAFKA_VERSION))
     if version == KAFKA_VERSION:
         yield request.getfixturevalue("_kafka_session")
@@ -166,7 +171,7 @@ def kafka_release(request: pytest.FixtureRequest,
         unavailable(jars)
         raise AssertionError("unreachable")  # unavailable() always raises
     yield from _session_cluster(with_class_archive(jars), tmp_path_factory,
-                                f"kafka-{version}")
+                                f"kafka-{version}", security=SecurityOptions())
 
 
 class KafkaFactory(Protocol):
