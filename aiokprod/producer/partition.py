@@ -227,7 +227,8 @@ class PartitionProducer(Generic[B]):
     def retrying(self) -> bool:
         """While a partition retries, it has one batch in flight at a time (idempotence.md 2c).
         Read from the entries (``InFlightEntry.retried``): at most the broker's window of them."""
-        return any(entry.retried for entry in self.in_flight)
+        in_flight = self.in_flight
+        return bool(in_flight) and any(entry.retried for entry in in_flight)
 
     def is_stale(self, producer_id: int, producer_epoch: int,
                  generation: int | None = None) -> bool:

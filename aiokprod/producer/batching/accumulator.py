@@ -675,7 +675,8 @@ class RecordAccumulator:
     def on_wire(self) -> list[ProducerBatch]:
         """The batches sent and not answered yet, nor failed meanwhile (by
         delivery.timeout.ms): read from the partitions' ``wire``, where the drain put them."""
-        return [b for p in self._partitions if p.wire for b in p.wire if not b.done]
+        return [b for parts in self._queues.values() for p in parts.values() if p.wire
+                for b in p.wire if not b.done]
 
     def incomplete_batches(self) -> list[ProducerBatch]:
         return list(self._incomplete)

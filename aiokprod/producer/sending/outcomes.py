@@ -13,6 +13,7 @@ metrics and the open transaction.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -112,8 +113,8 @@ class BatchOutcomes:
 
     def settle(self, batch: ProducerBatch) -> None:
         """The batch is no longer on the wire: whatever comes next (completion, a retry, a
-        split, a failure), its partition counts one request fewer, which unmutes it when it
-        was the last (docs/batching.md D5). A queued batch failing (expired, aborted) was in
+        split, a failure), it leaves its partition's wire, which unmutes the partition when it
+        was the last there (docs/batching.md D5). A queued batch failing (expired, aborted) was in
         no request: a partition muted by another batch's open request stays muted."""
         batch.owner.off_wire(batch)
 
@@ -225,20 +226,23 @@ class BatchOutcomes:
 
     # ---- expiry ----------------------------------------------------------------------------
 
-    def expire(self, now: float) -> None:
+    def expire(self, now: float) -> float:
+        """Fail the batches past delivery.timeout.ms, queued or on the wire; returns how long
+        until the next batch on the wire would expire (one look at the partitions' wires)."""
         for batch in self._acc.expire(now):
             if self._idem is not None:
                 self._idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
             self.fail(batch, self._acc.delivery_timeout_error(batch, now))
-        deadline = self._delivery_timeout
-        for batch in [b for b in self._acc.on_wire() if now - b.created_at >= deadline]:
+        timeout = self._delivery_timeout
+        oldest = math.inf  # creation time of the oldest batch on the wire not expired
+        expired = []
+        for batch in self._acc.on_wire():
+            if now - batch.created_at >= timeout:
+                expired.append(batch)
+            elif batch.created_at < oldest:
+                oldest = batch.created_at
+        for batch in expired:
             if self._idem is not None:
                 self._idem.on_delivery_timeout(batch, possibly_written=True)
             self.fail(batch, self._acc.delivery_timeout_error(batch, now), still_on_wire=True)
-
-    def next_in_flight_expiry(self, now: float) -> float:
-        on_wire = self._acc.on_wire()
-        if not on_wire:
-            return float("inf")
-        oldest = min(b.created_at for b in on_wire)
-        return max(0.0, oldest + self._delivery_timeout - now)
+        return oldest + timeout - now
