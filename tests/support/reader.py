@@ -68,6 +68,8 @@ def _consumer(bootstrap: str, isolation_level: str) -> Consumer:
             "check.crcs": True,
             "isolation.level": isolation_level,
             "fetch.wait.max.ms": 50,
+            # an event when a partition is read to its end: read_back's settle waits for it
+            "enable.partition.eof": True,
             "fetch.error.backoff.ms": 50,
             "reconnect.backoff.ms": 20,
             "reconnect.backoff.max.ms": 200,
@@ -148,8 +150,11 @@ def read_back(
     """Read ``topic`` from the start of every (or the given) partition.
 
     Returns once ``expected`` records arrived, or at ``timeout`` with what arrived (never
-    raises for too few). ``settle`` keeps reading that many extra seconds after ``expected``
-    is reached, to catch duplicates a test wants to rule out. Records come in arrival order
+    raises for too few). ``settle`` keeps reading after ``expected`` is reached, to catch
+    duplicates a test wants to rule out: at least that many seconds, and then until every
+    partition was read to its end (its last event an end-of-partition, not a record), so a
+    reader slowed by a loaded machine still reads everything written before it got there.
+    Records come in arrival order
     (ordered within a partition, interleaved across partitions). ``read_committed`` (the
     default, as in librdkafka) hides aborted transactional records.
     """
@@ -164,17 +169,22 @@ def read_back(
         )
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in wanted])
         stop_at: float | None = None
+        at_end: set[int] = set()  # partitions whose last event was their end, not a record
         while True:
             now = time.monotonic()
             if stop_at is None and len(records) >= expected:
                 stop_at = min(deadline, now + settle)
-            limit = stop_at if stop_at is not None else deadline
-            if now >= limit:
+            if now >= deadline:
                 break
+            if stop_at is not None and now >= stop_at and (
+                    settle <= 0 or at_end.issuperset(wanted)):
+                break
+            limit = stop_at if stop_at is not None and now < stop_at else deadline
             for message in consumer.consume(num_messages=500, timeout=min(0.2, limit - now)):
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(message.partition())
                         continue
                     if error.fatal():
                         raise ReaderError(f"fatal consumer error reading {topic!r}: {error}")
@@ -182,6 +192,7 @@ def read_back(
                     logger.info("reader: transient error on %s: %s", topic, error)
                     continue
                 records.append(_to_record(message, topic))
+                at_end.discard(message.partition())
     finally:
         consumer.close()
     return records
