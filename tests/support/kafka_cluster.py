@@ -659,6 +659,11 @@ class KafkaCluster:
                     f"{node.directory}:\n{node.log_tail()}")
             try:
                 versions = self._api_versions(port, min(2.0, remaining))
+                if MetadataRequest.API_KEY not in versions:
+                    # a node still starting answers ApiVersions before it lists the client
+                    # APIs (seen on a loaded machine: Fetch and the admin APIs, no Metadata)
+                    raise _WireError(f"ApiVersions lists no Metadata API yet "
+                                     f"({len(versions)} APIs)")
                 response = _round_trip(port, MetadataRequest(
                     topics=[], allow_auto_topic_creation=False),
                     _version(versions, MetadataRequest), timeout=min(2.0, remaining))
