@@ -230,6 +230,11 @@ class PartitionProducer(Generic[B]):
         in_flight = self.in_flight
         return bool(in_flight) and any(entry.retried for entry in in_flight)
 
+    def joined(self, transaction: int) -> bool:
+        """Part of transaction number ``transaction`` as the coordinator sees it: adding
+        (AddPartitionsToTxn on the wire) or added."""
+        return self.txn_number == transaction and self.txn_stage >= TXN_ADDING
+
     def is_stale(self, producer_id: int, producer_epoch: int,
                  generation: int | None = None) -> bool:
         """Its sequences belong to another producer id or epoch than the current one, or
@@ -841,7 +846,7 @@ class Partitions(Generic[B]):
         p = parts.get(partition) if parts is not None else None
         if parts is None or p is None:
             return
-        if p.txn_number == self.open_transaction and p.txn_stage >= TXN_ADDING:
+        if p.joined(self.open_transaction):
             return
         del parts[partition]
         if not parts:

@@ -187,7 +187,7 @@ class RecordAccumulator:
         parts = self._queues.get(topic)
         queue = parts.get(partition) if parts is not None else None
         if queue is None:
-            queue = self._queue(topic, partition)
+            queue = self.partition(topic, partition)
         batches = queue.batches
         if batches:
             last = batches[-1]
@@ -250,7 +250,7 @@ class RecordAccumulator:
         within what it is already charged (another send made room meanwhile) does the record
         go there, and the memory goes back to the pool. See docs/memory.md.
         """
-        queue = self._queue(topic, partition)
+        queue = self.partition(topic, partition)
         future: asyncio.Future[RecordMetadata] = self._loop.create_future()
         last = queue.batches[-1] if queue.batches else None
         if last is not None and len(last.deliveries) < last.covered_slots and \
@@ -283,7 +283,7 @@ class RecordAccumulator:
         parts = self._queues.get(topic)
         queue = parts.get(partition) if parts is not None else None
         if queue is None:
-            queue = self._queue(topic, partition)
+            queue = self.partition(topic, partition)
         batches = queue.batches
         if not batches or batches[-1].sealed is not None:
             return 0, 0
@@ -305,7 +305,7 @@ class RecordAccumulator:
         size: int,
     ) -> tuple[int, int]:
         """Open a new batch in ``buffer`` and append a run into it (at least one record)."""
-        queue = self._queue(topic, partition)
+        queue = self.partition(topic, partition)
         batch = self._open_batch(queue, buffer, size, size, timestamp)
         taken = self._append_run(batch, timestamp, values, keys, headers, start, stop, bulk)
         self._enqueue_new(queue, batch, appended=taken[0] > 0)
@@ -392,9 +392,6 @@ class RecordAccumulator:
         queue.batches.append(batch)
         self._incomplete.add(batch)
         self._wakeup()
-
-    def _queue(self, topic: str, partition: int) -> _Partition:
-        return self._partitions.get(topic, partition)
 
     def queued_batches(self, topic: str, partition: int) -> list[ProducerBatch]:
         """The partition's batches waiting to be drained, head first (its last batch for the

@@ -191,13 +191,13 @@ class PartitionsInTransaction:
     """Which partitions the open transaction holds, asked of the partitions themselves.
 
     Each partition's object holds its own stage in the open transaction
-    (``PartitionProducer.txn_number`` and ``txn_stage``); this keeps the transaction's number
-    and the groups whose offsets joined. A partition a drain held because it was not added yet
-    becomes pending (``request_join``); the manager sends one AddPartitionsToTxn for the
-    pending partitions (``take_pending``, which reads them from the table), they are adding
-    while it is on the wire, and added once the coordinator accepted them. Only added
-    partitions may be drained. Ending a transaction (``clear``) counts the number on, which
-    takes every partition out of it at once.
+    (``PartitionProducer.txn_number`` and ``txn_stage``) and the table the open transaction's
+    number (``Partitions.open_transaction``); this keeps the groups whose offsets joined. A
+    partition a drain held because it was not added yet becomes pending (``request_join``);
+    the manager sends one AddPartitionsToTxn for the pending partitions (``take_pending``,
+    which reads them from the table), they are adding while it is on the wire, and added once
+    the coordinator accepted them. Only added partitions may be drained. Ending a transaction
+    (``clear``) counts the number on, which takes every partition out of it at once.
     """
 
     __slots__ = ("_partitions", "offsets_added")
@@ -263,8 +263,7 @@ class PartitionsInTransaction:
         """The partitions added or being added (reads every partition: at the transaction's
         end, and for diagnostics)."""
         number = self.number
-        return [p for p in self._partitions
-                if p.txn_number == number and p.txn_stage >= TXN_ADDING]
+        return [p for p in self._partitions if p.joined(number)]
 
     @property
     def started(self) -> bool:
