@@ -19,7 +19,7 @@ later than the one before, so none always follows the same other:
 
 * ``jvm``      — ``format("kafka")``: Spark's JVM sink (kafka-clients 3.9.2), at-least-once,
   its default ``batch.size`` (16 KiB);
-* ``jvm-64k``  — the same with ``kafka.batch.size`` 64 KiB, the aiokprod sink's default;
+* ``jvm-same`` — the same with ``kafka.batch.size`` at the aiokprod sink's default (256 KiB);
 * ``ours``     — ``format("aiokprod")``, at-least-once (the default);
 * ``ours-txn`` — ``format("aiokprod").option("transactional", "true")``: exactly-once, one
   Kafka transaction per task;
@@ -29,7 +29,7 @@ later than the one before, so none always follows the same other:
 * ``noop``     — Spark's ``format("noop")``: the rows are generated and dropped in the JVM.
 
 Every producer has acks=all, idempotence and linger 5 ms; ``batch.size`` is each sink's default
-(16 KiB for Spark's, 64 KiB for ours) except in ``jvm-64k``. A write is timed from the call
+(16 KiB for Spark's, 256 KiB for ours) except in ``jvm-same``. A write is timed from the call
 until it returns (every record acknowledged, the transactions committed), then the topic is
 read back with confluent-kafka (read_committed) and its records counted: a write that lost or
 duplicated rows fails the run. Round 0 warms both sides up (JIT, Python workers forking and
@@ -47,9 +47,11 @@ Results are quoted in docs/performance.md ("PySpark sink") and docs/spark.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -67,7 +69,11 @@ POM = ROOT / "benchmarks" / "spark_kafka" / "pom.xml"
 PARTITIONS = 6
 VALUE_SIZE = 100
 SPARK_PARTITIONS = 2
-CONTENDERS = ("jvm", "jvm-64k", "ours", "ours-txn", "floor", "noop")
+CONTENDERS = ("jvm", "jvm-same", "ours", "ours-txn", "floor", "noop")
+# issue 36's goals: (contender, against, at least this many times its median rows/s)
+RATE_GOALS = (("ours", "jvm-same", 1.3), ("ours", "jvm", 1.6), ("ours-txn", "jvm-same", 1.0))
+# ... and our machine CPU per row within this factor of the floor (see _report)
+FLOOR_GOAL = 1.3
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -126,44 +132,118 @@ def _artifact(jar: str) -> str:
 # -- CPU of this process's descendants ---------------------------------------------------------
 
 
-def _descendants() -> dict[int, tuple[str, float]]:
-    """pid → (kind, CPU seconds) of every live descendant: kind ``broker`` (the Kafka JVM),
-    ``jvm`` (Spark's) or ``python`` (Spark's Python daemon and workers)."""
+def _stat(path: str) -> tuple[str, list[str]] | None:
+    try:
+        raw = Path(path).read_text()
+    except OSError:
+        return None
+    return raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+
+
+def _descendants() -> dict[tuple[int, int], tuple[str, float, float]]:
+    """(pid, tid) → (kind, user CPU s, system CPU s) of every live descendant's threads, by kind:
+    ``broker`` (the Kafka JVM), ``jvm`` (Spark's), ``python-task`` (a Python process's main
+    thread: Spark's daemon, and in each worker the thread that reads the task's Arrow batches and
+    runs the writer) or ``python-other`` (a Python worker's other threads: our sink's loop)."""
     parents: dict[int, int] = {}
-    stats: dict[int, tuple[str, float]] = {}
+    kinds: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            raw = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
+        stat = _stat(f"/proc/{entry}/stat")
+        if stat is None:
             continue
-        name = raw[raw.index("(") + 1:raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2:].split()
+        name, fields = stat
         parents[int(entry)] = int(fields[1])
-        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        kind = "python"
-        if name == "java":
+        if name.startswith("python"):
+            kind = "python"
+        elif name == "java":
             try:
                 command = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
             kind = "broker" if b"kafka.Kafka" in command else "jvm"
-        stats[int(entry)] = (kind, cpu)
+        else:  # a tool (py-spy) or shell: not a contender's
+            continue
+        kinds[int(entry)] = kind
     mine: set[int] = set()
     frontier = {os.getpid()}
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier} - mine
         mine |= frontier
-    return {pid: stats[pid] for pid in mine if pid in stats}
-
-
-def _cpu_delta(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
-               ) -> dict[str, float]:
-    out = {"jvm": 0.0, "python": 0.0, "broker": 0.0}
-    for pid, (kind, cpu) in after.items():
-        out[kind] += cpu - before.get(pid, (kind, 0.0))[1]
+    out: dict[tuple[int, int], tuple[str, float, float]] = {}
+    for pid in mine & kinds.keys():
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            stat = _stat(f"/proc/{pid}/task/{tid}/stat")
+            if stat is None:
+                continue
+            kind = kinds[pid]
+            if kind == "python":
+                kind = "python-task" if tid == pid else "python-other"
+            out[(pid, tid)] = (kind, int(stat[1][11]) / CLK_TCK, int(stat[1][12]) / CLK_TCK)
     return out
+
+
+KINDS = ("jvm", "python-task", "python-other", "broker")
+
+
+def _cpu_delta(before: dict[tuple[int, int], tuple[str, float, float]],
+               after: dict[tuple[int, int], tuple[str, float, float]]) -> dict[str, float]:
+    """CPU seconds by kind between two snapshots (``<kind>`` user + system, ``<kind>-sys``
+    system alone). A thread that ended in between is missed; Spark's Python workers and our
+    loop thread outlive a write (``spark.python.worker.reuse``)."""
+    out = dict.fromkeys([*KINDS, *(f"{k}-sys" for k in KINDS)], 0.0)
+    for key, (kind, user, system) in after.items():
+        _, user0, system0 = before.get(key, (kind, 0.0, 0.0))
+        out[kind] += user - user0 + system - system0
+        out[f"{kind}-sys"] += system - system0
+    return out
+
+
+def _python_workers() -> list[int]:
+    """Spark's Python workers: Python processes forked by Spark's Python daemon."""
+    python = {pid for (pid, _tid), (kind, *_) in _descendants().items() if kind == "python-task"}
+    workers = []
+    for pid in python:
+        stat = _stat(f"/proc/{pid}/stat")
+        if stat is not None and int(stat[1][1]) in python:
+            workers.append(pid)
+    return sorted(workers)
+
+
+class _Profiler:
+    """py-spy on each Python worker during one write: collapsed stacks per thread, one file
+    per worker (``py-spy`` must be installed in the benchmark's venv)."""
+
+    def __init__(self, out: Path, label: str) -> None:
+        self._out, self._label = out, label
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> _Profiler:
+        spy = Path(sys.executable).parent / "py-spy"
+        self._out.mkdir(parents=True, exist_ok=True)
+        for pid in _python_workers():
+            target = self._out / f"{self._label}-{pid}.txt"
+            self._procs.append(subprocess.Popen(
+                [str(spy), "record", "--pid", str(pid), "--rate", "200", "--threads",
+                 "--format", "raw", "--output", str(target)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(1.0)  # py-spy attaches
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self._procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 # -- the contenders ------------------------------------------------------------------------------
@@ -216,8 +296,10 @@ def _writer(contender: str, df: Any, bootstrap: str, topic: str) -> Any:
     producer = {"kafka.bootstrap.servers": bootstrap, "kafka.acks": "all",
                 "kafka.enable.idempotence": "true", "kafka.linger.ms": "5", "topic": topic}
     if contender.startswith("jvm"):
-        if contender == "jvm-64k":
-            producer["kafka.batch.size"] = "65536"
+        if contender == "jvm-same":
+            from aiokprod.spark._options import SINK_BATCH_SIZE
+
+            producer["kafka.batch.size"] = str(SINK_BATCH_SIZE)
         return lambda: df.write.format("kafka").options(**producer).save()
     if contender == "ours-txn":
         producer["transactional"] = "true"
@@ -284,27 +366,32 @@ def run(args: argparse.Namespace) -> None:
                     if sink:
                         kafka.create_topic(topic, partitions=PARTITIONS)
                     write = _writer(contender, df, kafka.bootstrap, topic)
-                    before, started = _descendants(), time.perf_counter()
-                    write()
-                    elapsed = time.perf_counter() - started
+                    profile = (args.profile is not None and round_no > 0
+                               and contender.startswith("ours"))
+                    with (_Profiler(args.profile, f"{contender}-{round_no}") if profile
+                          else contextlib.nullcontext()):
+                        before, started = _descendants(), time.perf_counter()
+                        write()
+                        elapsed = time.perf_counter() - started
                     cpu = _cpu_delta(before, _descendants())
                     counted = _count(kafka.bootstrap, topic, args.rows) if sink else args.rows
                     if counted != args.rows:
                         raise SystemExit(f"{contender} round {round_no}: {counted} records "
                                          f"read back, {args.rows} written")
                     runs.append({"contender": contender, "round": round_no, "seconds": elapsed,
-                                 "rows_per_s": args.rows / elapsed, "jvm_cpu_s": cpu["jvm"],
-                                 "python_cpu_s": cpu["python"], "broker_cpu_s": cpu["broker"]})
+                                 "rows_per_s": args.rows / elapsed,
+                                 **{f"{k.replace('-', '_')}_cpu_s": v for k, v in cpu.items()}})
                     log(f"round {round_no} {contender:9}: {args.rows / elapsed:>9,.0f} rows/s  "
-                        f"cpu spark jvm {cpu['jvm']:.2f}s python {cpu['python']:.2f}s broker "
-                        f"{cpu['broker']:.2f}s  (read back {counted:,})")
+                        + "  ".join(f"{k} {cpu[k]:.2f}s (sys {cpu[k + '-sys']:.2f})"
+                                    for k in KINDS) + "  "
+                        f"(read back {counted:,})")
         finally:
             spark.stop()
     versions = (f"pyspark {pyspark.__version__}, spark-sql-kafka-0-10 {SPARK_VERSION} "
                 f"(kafka-clients {_clients_version(jars)}), Apache Kafka {kafka_jars.version}, "
                 f"aiokprod {aiokprod.__version__} ({'native' if _native.NATIVE else 'pure'}), "
                 f"pyarrow {pyarrow.__version__}, Python {platform.python_version()}")
-    _report(runs, args, versions)
+    _report(runs, args, versions, _encoder_ns_per_row(200_000)["columns"])
 
 
 def _clients_version(jars: list[Path]) -> str:
@@ -314,7 +401,8 @@ def _clients_version(jars: list[Path]) -> str:
     return "?"
 
 
-def _report(runs: list[dict[str, Any]], args: argparse.Namespace, versions: str) -> None:
+def _report(runs: list[dict[str, Any]], args: argparse.Namespace, versions: str,
+            encode_ns: float) -> None:
     counted = [r for r in runs if r["round"] > 0] or runs
 
     def median(contender: str, key: str) -> float:
@@ -327,25 +415,44 @@ def _report(runs: list[dict[str, Any]], args: argparse.Namespace, versions: str)
     print(versions)
     print()
     print("| contender | median rows/s | per round (round 0 = warm-up) | Spark JVM µs/row | "
-          "Python workers µs/row | broker µs/row | total CPU µs/row |")
-    print("|---|---:|---|---:|---:|---:|---:|")
+          "Python task thread µs/row | Python other threads µs/row | broker µs/row | "
+          "total CPU µs/row |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
     for contender in args.contenders:
         rounds = ", ".join(f"{r['rows_per_s'] / 1000:.0f}k" for r in runs
                            if r["contender"] == contender)
-        cpu = [median(contender, f"{k}_cpu_s") / args.rows * 1e6
-               for k in ("jvm", "python", "broker")]
+        cpu = [median(contender, f"{k.replace('-', '_')}_cpu_s") / args.rows * 1e6
+               for k in KINDS]
         print(f"| {contender} | {median(contender, 'rows_per_s'):,.0f} | {rounds} | "
-              f"{cpu[0]:.2f} | {cpu[1]:.2f} | {cpu[2]:.2f} | {sum(cpu):.2f} |")
-    if "jvm" in args.contenders:
-        print()
-        jvm = median("jvm", "rows_per_s")
-        for contender in ("ours", "ours-txn", "jvm-64k", "floor"):
-            if contender in args.contenders:
-                ratios = [r["rows_per_s"] / j["rows_per_s"] for r in counted for j in counted
-                          if r["contender"] == contender and j["contender"] == "jvm"
-                          and r["round"] == j["round"]]
-                print(f"{contender} / jvm: {median(contender, 'rows_per_s') / jvm:.2f}x "
-                      f"(median rows/s); per round {', '.join(f'{x:.2f}' for x in ratios)}")
+              + " | ".join(f"{c:.2f}" for c in cpu) + f" | {sum(cpu):.2f} |")
+    def ratios(contender: str, against: str) -> list[float]:
+        return [r["rows_per_s"] / j["rows_per_s"] for r in counted for j in counted
+                if r["contender"] == contender and j["contender"] == against
+                and r["round"] == j["round"]]
+
+    def total(contender: str) -> float:
+        return sum(median(contender, f"{k.replace('-', '_')}_cpu_s") for k in KINDS) \
+            / args.rows * 1e6
+
+    print()
+    print("| goal | measured | met | per round |")
+    print("|---|---:|---|---|")
+    for contender, against, goal in RATE_GOALS:
+        if contender in args.contenders and against in args.contenders:
+            ratio = median(contender, "rows_per_s") / median(against, "rows_per_s")
+            print(f"| {contender} ≥ {goal:.1f}× {against} (median rows/s) | {ratio:.2f}× | "
+                  f"{'yes' if ratio >= goal else 'no'} | "
+                  f"{', '.join(f'{x:.2f}' for x in ratios(contender, against))} |")
+    if {"ours", "floor"} <= set(args.contenders):
+        # what any Python sink must spend: Spark's hand-off to Python (the floor contender), the
+        # encoding from Arrow (measured in this process) and the broker's share of our batches
+        floor = total("floor") + encode_ns / 1000 + median("ours", "broker_cpu_s") / args.rows \
+            * 1e6
+        ratio = total("ours") / floor
+        print(f"| ours' machine CPU/row ≤ {FLOOR_GOAL}× the floor ({total('floor'):.2f} hand-off "
+              f"+ {encode_ns / 1000:.2f} encoding + "
+              f"{median('ours', 'broker_cpu_s') / args.rows * 1e6:.2f} broker = {floor:.2f} "
+              f"µs) | {ratio:.2f}× | {'yes' if ratio <= FLOOR_GOAL else 'no'} | |")
     if args.json is not None:
         args.json.write_text(json.dumps({"versions": versions, "runs": runs}, indent=2))
 
@@ -353,11 +460,11 @@ def _report(runs: list[dict[str, Any]], args: argparse.Namespace, versions: str)
 # -- the encoder alone ---------------------------------------------------------------------------
 
 
-def encoder_only(rows: int) -> None:
-    """CPU per row of turning Spark-shaped Arrow batches into record batches, in process."""
+def _encoder_ns_per_row(rows: int) -> dict[str, float]:
+    """CPU ns per row of turning Spark-shaped Arrow batches into record batches, in process:
+    ``columns`` (``send_columns``' encoder), ``lists`` (what ``send_many`` needed)."""
     import pyarrow as pa
 
-    from aiokprod import _native
     from aiokprod._murmur2 import murmur2
     from aiokprod.records.builder import RecordBatchBuilder
     from aiokprod.records.columnar import (
@@ -373,7 +480,9 @@ def encoder_only(rows: int) -> None:
         "key": pa.array(ids),
         "value": pa.array([i.ljust(VALUE_SIZE, "x").encode() for i in ids], pa.binary())})
     batches = max(1, rows // per_batch)
-    limit = 16_384
+    from aiokprod.spark._options import SINK_BATCH_SIZE
+
+    limit = SINK_BATCH_SIZE
 
     def columns() -> None:
         cols = prepare_columns(per_batch, BinaryColumn.from_arrow(batch.column("value")),
@@ -400,11 +509,8 @@ def encoder_only(rows: int) -> None:
                 builder = RecordBatchBuilder(bytearray(), write_limit=limit)
                 pos += builder.append_many(0, vs, ks, start=pos)
 
-    print(f"encoding {batches * per_batch:,} rows (string key, {VALUE_SIZE}-byte value, "
-          f"{PARTITIONS} partitions) in Arrow batches of {per_batch:,}; "
-          f"{'native' if _native.NATIVE else 'pure-Python'} path")
-    for name, fn in (("send_columns encoder (Arrow buffers)", columns),
-                     ("send_many path (to_pylist + murmur2 per key + append_many)", lists)):
+    out = {}
+    for name, fn in (("columns", columns), ("lists", lists)):
         fn()
         best = float("inf")
         for _ in range(3):
@@ -412,7 +518,95 @@ def encoder_only(rows: int) -> None:
             for _ in range(batches):
                 fn()
             best = min(best, time.process_time() - started)
-        print(f"  {name}: {best / (batches * per_batch) * 1e9:,.0f} ns CPU/row")
+        out[name] = best / (batches * per_batch) * 1e9
+    return out
+
+
+def encoder_only(rows: int) -> None:
+    """CPU per row of turning Spark-shaped Arrow batches into record batches, in process."""
+    from aiokprod import _native
+
+    ns = _encoder_ns_per_row(rows)
+    print(f"encoding {max(10_000, rows // 10_000 * 10_000):,} rows (string key, {VALUE_SIZE}-byte "
+          f"value, {PARTITIONS} partitions) in Arrow batches of 10,000; "
+          f"{'native' if _native.NATIVE else 'pure-Python'} path")
+    print(f"  send_columns encoder (Arrow buffers): {ns['columns']:,.0f} ns CPU/row")
+    print(f"  send_many path (to_pylist + murmur2 per key + append_many): {ns['lists']:,.0f} ns "
+          f"CPU/row")
+
+
+def writer_only(rows: int, profile: Path | None) -> None:
+    """The sink's executor side alone, in this process: a ``TaskWriter`` fed Spark-shaped Arrow
+    batches (10,000 rows each) into Apache Kafka 4.4.0, CPU per row of its two threads (the one
+    that plans each batch, the loop's) and the broker's, without Spark's share or its noise."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from aiokprod.spark._executor import TaskWriter, close_all_producers
+    from aiokprod.spark._options import settings_from
+    from support.kafka_cluster import KafkaCluster
+    from support.kafka_jars import ensure_kafka_jars
+
+    schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    per_batch = 10_000
+    batches = []
+    for start in range(0, rows, per_batch):
+        ids = [str(i) for i in range(start, min(rows, start + per_batch))]
+        batches.append(pa.record_batch({
+            "key": pa.array(ids),
+            "value": pa.array([i.ljust(VALUE_SIZE, "x").encode() for i in ids], pa.binary())}))
+    kafka_jars = ensure_kafka_jars()
+    if isinstance(kafka_jars, str):
+        raise SystemExit(f"no Kafka broker: {kafka_jars}")
+
+    def thread_cpu() -> dict[str, float]:
+        out = {"task": 0.0, "loop": 0.0}
+        for tid in os.listdir("/proc/self/task"):
+            stat = _stat(f"/proc/self/task/{tid}/stat")
+            if stat is not None:
+                out["task" if int(tid) == os.getpid() else "loop"] += (
+                    int(stat[1][11]) + int(stat[1][12])) / CLK_TCK
+        return out
+
+    with KafkaCluster(kafka_jars) as kafka:
+        broker = max(pid for (pid, _tid), (kind, *_) in _descendants().items()
+                     if kind == "broker")
+
+        def broker_cpu() -> float:
+            stat = _stat(f"/proc/{broker}/stat")
+            assert stat is not None
+            return (int(stat[1][11]) + int(stat[1][12])) / CLK_TCK
+
+        print(f"TaskWriter alone: {rows:,} rows (string key, {VALUE_SIZE}-byte value) in Arrow "
+              f"batches of {per_batch:,} into Apache Kafka {kafka_jars.version} "
+              f"({PARTITIONS} partitions)")
+        for round_no in range(4):
+            topic = f"writer-{round_no}-{uuid.uuid4().hex[:6]}"
+            kafka.create_topic(topic, partitions=PARTITIONS)
+            settings = settings_from({"kafka.bootstrap.servers": kafka.bootstrap,
+                                      "kafka.acks": "all", "kafka.enable.idempotence": "true",
+                                      "kafka.linger.ms": "5", "topic": topic}, schema)
+            spy = None
+            if profile is not None and round_no == 3:
+                spy = subprocess.Popen(
+                    [str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
+                     str(os.getpid()), "--rate", "1000", "--threads", "--gil", "--format", "raw",
+                     "--output", str(profile)], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+                time.sleep(1.0)
+            cpu0, broker0, started = thread_cpu(), broker_cpu(), time.perf_counter()
+            TaskWriter(settings, 0, 0).write(iter(batches))
+            elapsed = time.perf_counter() - started
+            cpu, broker_s = thread_cpu(), broker_cpu() - broker0
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=30)
+            task, loop = (cpu[k] - cpu0[k] for k in ("task", "loop"))
+            print(f"  round {round_no}: {rows / elapsed:>9,.0f} rows/s  µs/row: task thread "
+                  f"{task / rows * 1e6:.2f}, loop thread {loop / rows * 1e6:.2f}, broker "
+                  f"{broker_s / rows * 1e6:.2f}{'  (profiled)' if spy else ''}")
+        close_all_producers()
 
 
 def main() -> None:
@@ -424,9 +618,20 @@ def main() -> None:
                              "own JVMs)")
     parser.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="record each Python worker with py-spy during our sink's writes "
+                             "(collapsed stacks per thread into DIR; the CPU columns then "
+                             "include py-spy's interruptions)")
     parser.add_argument("--encoder-only", action="store_true",
                         help="measure the encoder alone, in this process")
+    parser.add_argument("--writer-only", action="store_true",
+                        help="measure the sink's executor side alone, in this process, into "
+                             "Kafka (with --profile FILE: py-spy's GIL samples of its last round)")
     args = parser.parse_args()
+    if args.writer_only:
+        sys.path.insert(0, str(ROOT))
+        writer_only(args.rows, args.profile)
+        return
     if args.encoder_only:
         sys.path.insert(0, str(ROOT))
         encoder_only(args.rows)

@@ -77,7 +77,7 @@ WRITE_ID = "transactional.write.id"
 SINK_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_ID_PREFIX = "aiokprod-spark"
 #: The sink's ``batch.size`` unless ``kafka.batch.size`` is given (the producer's is 16 KiB).
-SINK_BATCH_SIZE = 65_536
+SINK_BATCH_SIZE = 262_144
 
 # Options Spark itself passes to a streaming sink; they are Spark's, not ours.
 _SPARK_OWNED = frozenset({"checkpointlocation", "queryname", "path"})

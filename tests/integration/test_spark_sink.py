@@ -398,8 +398,8 @@ def test_options_and_schema_checks_without_spark() -> None:
     settings = settings_from({"kafka.bootstrap.servers": "h:1", "kafka.linger.ms": "7",
                               "topic": "t", "checkpointLocation": "/x",
                               "transactional": "false"}, schema)
-    # the sink's own batch.size default (64 KiB) unless kafka.batch.size is given
-    assert settings.producer_config == (("batch.size", "65536"), ("bootstrap.servers", "h:1"),
+    # the sink's own batch.size default (256 KiB) unless kafka.batch.size is given
+    assert settings.producer_config == (("batch.size", "262144"), ("bootstrap.servers", "h:1"),
                                         ("linger.ms", "7"))
     assert dict(settings_from({"kafka.bootstrap.servers": "h:1", "kafka.batch.size": "100",
                                "topic": "t"},
