@@ -298,6 +298,17 @@ class PartitionProducer(Generic[B]):
         batches = self.batches
         return [batches[i] for i in range(self.drain_index, len(batches)) if batches[i].queued]
 
+    def last_waiting(self) -> B | None:
+        """The last batch waiting to be drained: the one new records join. Read from the tail,
+        as the sticky partitioner asks once per batch and the queue may hold hundreds."""
+        batches = self.batches
+        i = len(batches) - 1
+        while i >= self.drain_index:
+            if batches[i].queued:
+                return batches[i]
+            i -= 1
+        return None
+
     def take_waiting(self) -> list[B]:
         """Take every waiting batch out (an abort), in one pass; drained ones stay."""
         waiting = self.waiting()

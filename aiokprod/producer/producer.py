@@ -278,8 +278,7 @@ class Producer:
         """The partition's last queued batch: the sticky partitioner switches only once it is
         full (docs/batching.md, P2). Asked about once per batch."""
         acc = self._acc
-        batches = acc.queued_batches(topic, partition) if acc is not None else None
-        return batches[-1] if batches else None
+        return acc.last_queued_batch(topic, partition) if acc is not None else None
 
     def _forget_topics(self, topics: list[str]) -> None:
         """Topics unused for metadata.max.idle.ms: drop their per-topic state everywhere, so a

@@ -226,11 +226,8 @@ async def test_unkeyed_records_leave_a_partition_only_with_its_last_batch_full()
     acc = RecordAccumulator(pool=pool, batch_size=1024, linger_ms=10_000,
                             delivery_timeout_ms=60_000, clock=clock)
 
-    def last_batch(topic: str, partition: int) -> ProducerBatch | None:
-        batches = acc.queued_batches(topic, partition)
-        return batches[-1] if batches else None
-
-    part = BuiltinPartitioner(batch_size=1024, rng=random.Random(7), last_batch=last_batch)
+    part = BuiltinPartitioner(batch_size=1024, rng=random.Random(7),
+                              last_batch=acc.last_queued_batch)
     parts = list(range(4))
     value = b"v" * 100
     previous = None

@@ -129,6 +129,7 @@ async def test_a_retry_rewinds_the_drain_cursor_instead_of_being_reinserted() ->
     acc.reenqueue(b, clock.now)  # a and c still await their answers
     assert list(queue.batches) == [a, b, c, d] and queue.drain_index == 1
     assert acc.queued_batches(TOPIC, 0) == [b, d]
+    assert acc.last_queued_batch(TOPIC, 0) is d  # what the sticky partitioner watches
     clock.now += 1.0
 
     def drain() -> list[ProducerBatch]:
@@ -137,9 +138,11 @@ async def test_a_retry_rewinds_the_drain_cursor_instead_of_being_reinserted() ->
     assert drain() == [b]
     assert drain() == [d]  # c is on its way: stepped over
     assert drain() == []
+    assert acc.last_queued_batch(TOPIC, 0) is None  # all drained: none waits
     for batch in (c, a):  # answered out of order: both retry, in their queue order
         acc.reenqueue(batch, clock.now)
     assert acc.queued_batches(TOPIC, 0) == [a, c]
+    assert acc.last_queued_batch(TOPIC, 0) is c  # d, after it, is on the wire
     clock.now += 1.0
     assert [drain(), drain(), drain()] == [[a], [c], []]
     for batch in (a, b, c, d):  # answered: they leave the queue
