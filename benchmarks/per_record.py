@@ -65,6 +65,7 @@ MATRIX: list[tuple[str, str, int, str]] = [
     ("send-many", "16", 100, "asyncio"),
     ("confirm-gather", "16", 1024, "asyncio"),
     ("fire-and-forget", "none", 1024, "asyncio"),
+    ("send-many", "none", 1024, "asyncio"),
 ]
 QUICK: list[tuple[str, str, int, str]] = [
     ("confirm-gather", "16", 100, "asyncio"),
@@ -363,12 +364,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one tiny round (smoke test)")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--json", type=Path, help="write every row here")
+    parser.add_argument("--only", default="",
+                        help="rows of the matrix to run, as workload:size (e.g. "
+                             "send-many:1024,fire-and-forget:1024); default all")
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return 0
     clients = [c for c in args.clients.split(",") if c]
     matrix = QUICK if args.quick else MATRIX
+    if args.only:
+        wanted = {tuple(item.split(":")) for item in args.only.split(",")}
+        matrix = [row for row in matrix if (row[0], str(row[2])) in wanted]
+        if not matrix:
+            parser.error(f"--only {args.only!r} names no row of the matrix")
     rounds = 1 if args.quick else args.rounds
     n100 = 2_000 if args.quick else args.records
     n1k = 1_000 if args.quick else args.records_1k
