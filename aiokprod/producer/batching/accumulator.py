@@ -396,14 +396,12 @@ class RecordAccumulator:
     def queued_batches(self, topic: str, partition: int) -> list[ProducerBatch]:
         """The partition's batches waiting to be drained, head first (tests and
         diagnostics)."""
-        parts = self._queues.get(topic)
-        queue = parts.get(partition) if parts is not None else None
+        queue = self._partitions.find(topic, partition)
         return [] if queue is None else queue.waiting()
 
     def last_queued_batch(self, topic: str, partition: int) -> ProducerBatch | None:
         """The partition's last batch waiting to be drained (the sticky partitioner's)."""
-        parts = self._queues.get(topic)
-        queue = parts.get(partition) if parts is not None else None
+        queue = self._partitions.find(topic, partition)
         return None if queue is None else queue.last_waiting()
 
     def release(self, batch: ProducerBatch) -> None:
