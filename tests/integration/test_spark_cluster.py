@@ -64,17 +64,21 @@ def test_executors_run_the_shipped_interpreter_and_package(cluster: SparkSession
     """Each task runs in a Python worker under an executor JVM that is not the driver's (its
     parent is: local-cluster's Workers live in the driver JVM), started by the ``bin/python``
     of the ``spark.archives`` environment unpacked in the executor's directory, and imports
-    ``aiokprod`` from the ``--py-files`` zip, on the pure-Python path."""
+    ``aiokprod`` from the ``--py-files`` zip, on the pure-Python path; pyspark's worker code
+    comes from the bytecode in the test's ``pyspark.zip`` (``compiled_pyspark_zip``: compiled
+    at each start, a worker without Spark's daemon could miss its 10 s to connect back)."""
 
     started = str(tmp_path)  # each task marks its worker here, then waits for the other
 
-    def probe(_: Any) -> list[tuple[str, bool, str, bool, int, int, str]]:
+    def probe(_: Any) -> list[tuple[str, bool, str, bool, int, int, str, str]]:
         # everything it uses is inside: cloudpickle ships this function by value, but would
         # ship a helper of this module by reference, and the executors cannot import tests
         def stat(pid: int) -> tuple[int, str]:  # (parent pid, command name), from /proc
             raw = Path(f"/proc/{pid}/stat").read_text()
             close = raw.rfind(")")
             return int(raw[close + 2:].split()[1]), raw[raw.find("(") + 1:close]
+
+        import pyspark.worker
 
         import aiokprod
         import aiokprod._native
@@ -91,15 +95,16 @@ def test_executors_run_the_shipped_interpreter_and_package(cluster: SparkSession
         executor_jvm, _ = stat(os.getppid())  # the worker's parent is the daemon
         driver_jvm, command = stat(executor_jvm)
         return [(aiokprod.__file__, aiokprod._native.NATIVE, started_in, unpacked,
-                 executor_jvm, driver_jvm, command)]
+                 executor_jvm, driver_jvm, command, pyspark.worker.__file__ or "")]
 
     seen = cluster.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()
     gateway = cluster.sparkContext._gateway
     assert gateway is not None
     driver_jvm = gateway.proc.pid
     assert len(seen) == 2
-    for module_file, native, started_in, unpacked, executor_jvm, parent, command in seen:
+    for module_file, native, started_in, unpacked, executor_jvm, parent, command, worker in seen:
         assert Path(module_file).parts[-3:] == (SHIPPED_ZIP, "aiokprod", "__init__.py")
+        assert Path(worker).parts[-3:] == ("pyspark.zip", "pyspark", "worker.pyc"), worker
         assert native is False  # zipimport loads no extension module
         # the executor's own directory (<SPARK_HOME>/work/<app id>/<executor id>)
         assert unpacked and Path(started_in).parent.name.startswith("app-"), started_in
