@@ -35,11 +35,18 @@ read back with confluent-kafka (read_committed) and its records counted: a write
 duplicated rows fails the run. Round 0 warms both sides up (JIT, Python workers forking and
 importing, producers connecting) and is reported but not in the medians.
 
-CPU per row comes from ``/proc``: the Spark JVM's, the Python workers' and the broker's
-user+system time during each write (all are this script's descendants), so it shows where each
-sink spends; on 2 cores the total is what bounds the rate. ``--encoder-only`` measures the
-encoding alone, in process on Arrow batches like Spark's (10,000 rows): ``send_columns``'
-encoder against what ``send_many`` needed (``to_pylist`` and a partitioner call per keyed row).
+CPU per row comes from ``/proc``, per thread: Spark's JVM, each Python worker's task thread (it
+reads Spark's Arrow stream and plans each batch) and its other threads (our sink's event loop,
+which encodes and sends), and the broker, during each write (all are this script's
+descendants); the per-round log shows system time apart. On 2 cores the total is what bounds
+the rate. At the end it prints the goals set for the sink with what was measured.
+
+``--profile DIR`` records each Python worker with py-spy during our sink's writes (collapsed
+stacks per thread). ``--writer-only`` measures the sink's executor side alone, in process: a
+``TaskWriter`` fed Spark-shaped Arrow batches into Kafka, no Spark (with ``--profile FILE``, its
+last round is recorded). ``--encoder-only`` measures the encoding alone, in process on Arrow
+batches like Spark's (10,000 rows): ``send_columns``' encoder against what ``send_many`` needed
+(``to_pylist`` and a partitioner call per keyed row).
 
 Results are quoted in docs/performance.md ("PySpark sink") and docs/spark.md.
 """
@@ -70,7 +77,8 @@ PARTITIONS = 6
 VALUE_SIZE = 100
 SPARK_PARTITIONS = 2
 CONTENDERS = ("jvm", "jvm-same", "ours", "ours-txn", "floor", "noop")
-# issue 36's goals: (contender, against, at least this many times its median rows/s)
+# the goals set for the sink: (contender, against, at least this many times its median
+# rows/s)
 RATE_GOALS = (("ours", "jvm-same", 1.3), ("ours", "jvm", 1.6), ("ours-txn", "jvm-same", 1.0))
 # ... and our machine CPU per row within this factor of the floor (see _report)
 FLOOR_GOAL = 1.3
@@ -98,9 +106,9 @@ def ensure_venv() -> Path:
     pip = [str(python), "-m", "pip", "install", "-q"]
     subprocess.run([*pip, "--upgrade", "pip", "setuptools>=77", "Cython>=3.0"], check=True,
                    timeout=900)
-    # cryptography: the Kafka fixtures (tests/support) import it
+    # cryptography: the Kafka fixtures (tests/support) import it; py-spy: --profile
     subprocess.run([*pip, f"pyspark=={SPARK_VERSION}", "pyarrow", "confluent-kafka", "cryptography",
-                    "-e", str(ROOT)], check=True, timeout=1800)
+                    "py-spy", "-e", str(ROOT)], check=True, timeout=1800)
     (VENV / ".complete").write_text("ok\n")
     return python
 
@@ -215,6 +223,14 @@ def _python_workers() -> list[int]:
     return sorted(workers)
 
 
+def _py_spy() -> Path:
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.is_file():
+        raise SystemExit(f"--profile needs py-spy beside {sys.executable}: "
+                         f"{sys.executable} -m pip install py-spy")
+    return spy
+
+
 class _Profiler:
     """py-spy on each Python worker during one write: collapsed stacks per thread, one file
     per worker (``py-spy`` must be installed in the benchmark's venv)."""
@@ -224,7 +240,7 @@ class _Profiler:
         self._procs: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> _Profiler:
-        spy = Path(sys.executable).parent / "py-spy"
+        spy = _py_spy()
         self._out.mkdir(parents=True, exist_ok=True)
         for pid in _python_workers():
             target = self._out / f"{self._label}-{pid}.txt"
@@ -590,7 +606,7 @@ def writer_only(rows: int, profile: Path | None) -> None:
             spy = None
             if profile is not None and round_no == 3:
                 spy = subprocess.Popen(
-                    [str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
+                    [str(_py_spy()), "record", "--pid",
                      str(os.getpid()), "--rate", "1000", "--threads", "--gil", "--format", "raw",
                      "--output", str(profile)], stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL)
