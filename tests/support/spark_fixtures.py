@@ -107,25 +107,21 @@ def spark_home_for_cluster(directory: Path) -> Path:
     import pyspark
 
     package = Path(pyspark.__file__).parent
-    directory.mkdir(parents=True, exist_ok=True)
-    for entry in package.iterdir():
-        if entry.name not in ("work", "__pycache__", "python") \
-                and not (directory / entry.name).exists():
-            (directory / entry.name).symlink_to(entry)
-    python = directory / "python"
-    (python / "lib").mkdir(parents=True, exist_ok=True)
-    for entry in (package / "python").iterdir():
-        if entry.name != "lib" and not (python / entry.name).exists():
-            (python / entry.name).symlink_to(entry)
-    for entry in (package / "python" / "lib").iterdir():
-        target = python / "lib" / entry.name
-        if target.exists():
-            continue
-        if entry.name == "pyspark.zip":
-            compiled_pyspark_zip(entry, target)
-        else:
-            target.symlink_to(entry)
+    _link_entries(package, directory, skip=("work", "__pycache__", "python"))
+    _link_entries(package / "python", directory / "python", skip=("lib",))
+    lib = directory / "python" / "lib"
+    _link_entries(package / "python" / "lib", lib, skip=("pyspark.zip",))
+    if not (lib / "pyspark.zip").exists():
+        compiled_pyspark_zip(package / "python" / "lib" / "pyspark.zip", lib / "pyspark.zip")
     return directory
+
+
+def _link_entries(source: Path, target: Path, skip: tuple[str, ...]) -> None:
+    """A link in ``target`` to each entry of ``source`` but those named in ``skip``."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        if entry.name not in skip and not (target / entry.name).exists():
+            (target / entry.name).symlink_to(entry)
 
 
 def compiled_pyspark_zip(source: Path, target: Path) -> None:
