@@ -76,6 +76,7 @@ POM = ROOT / "benchmarks" / "spark_kafka" / "pom.xml"
 PARTITIONS = 6
 VALUE_SIZE = 100
 SPARK_PARTITIONS = 2
+ARROW_BATCH_ROWS = 10_000  # Spark's spark.sql.execution.arrow.maxRecordsPerBatch
 CONTENDERS = ("jvm", "jvm-same", "ours", "ours-txn", "floor", "noop")
 # the goals set for the sink: (contender, against, at least this many times its median
 # rows/s)
@@ -146,6 +147,12 @@ def _stat(path: str) -> tuple[str, list[str]] | None:
     except OSError:
         return None
     return raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+
+
+def _cpu_seconds(path: str) -> float:
+    """User + system CPU seconds from a ``/proc/.../stat`` file (0 when it is gone)."""
+    stat = _stat(path)
+    return 0.0 if stat is None else (int(stat[1][11]) + int(stat[1][12])) / CLK_TCK
 
 
 def _descendants() -> dict[tuple[int, int], tuple[str, float, float]]:
@@ -476,6 +483,17 @@ def _report(runs: list[dict[str, Any]], args: argparse.Namespace, versions: str,
 # -- the encoder alone ---------------------------------------------------------------------------
 
 
+def _arrow_batch(start: int, stop: int) -> Any:
+    """Rows ``start:stop`` as Spark hands them to a Python writer: the benchmark's DataFrame (a
+    string key, the row number; a binary value padded to ``VALUE_SIZE``) in Arrow."""
+    import pyarrow as pa
+
+    ids = [str(i) for i in range(start, stop)]
+    return pa.record_batch({
+        "key": pa.array(ids),
+        "value": pa.array([i.ljust(VALUE_SIZE, "x").encode() for i in ids], pa.binary())})
+
+
 def _encoder_ns_per_row(rows: int) -> dict[str, float]:
     """CPU ns per row of turning Spark-shaped Arrow batches into record batches, in process:
     ``columns`` (``send_columns``' encoder), ``lists`` (what ``send_many`` needed)."""
@@ -490,11 +508,8 @@ def _encoder_ns_per_row(rows: int) -> dict[str, float]:
         prepare_columns,
     )
 
-    per_batch = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch
-    ids = [str(i) for i in range(per_batch)]
-    batch = pa.record_batch({
-        "key": pa.array(ids),
-        "value": pa.array([i.ljust(VALUE_SIZE, "x").encode() for i in ids], pa.binary())})
+    batch = _arrow_batch(0, ARROW_BATCH_ROWS)
+    per_batch = ARROW_BATCH_ROWS
     batches = max(1, rows // per_batch)
     from aiokprod.spark._options import SINK_BATCH_SIZE
 
@@ -543,8 +558,9 @@ def encoder_only(rows: int) -> None:
     from aiokprod import _native
 
     ns = _encoder_ns_per_row(rows)
-    print(f"encoding {max(10_000, rows // 10_000 * 10_000):,} rows (string key, {VALUE_SIZE}-byte "
-          f"value, {PARTITIONS} partitions) in Arrow batches of 10,000; "
+    encoded = max(1, rows // ARROW_BATCH_ROWS) * ARROW_BATCH_ROWS
+    print(f"encoding {encoded:,} rows (string key, {VALUE_SIZE}-byte value, {PARTITIONS} "
+          f"partitions) in Arrow batches of {ARROW_BATCH_ROWS:,}; "
           f"{'native' if _native.NATIVE else 'pure-Python'} path")
     print(f"  send_columns encoder (Arrow buffers): {ns['columns']:,.0f} ns CPU/row")
     print(f"  send_many path (to_pylist + murmur2 per key + append_many): {ns['lists']:,.0f} ns "
@@ -556,7 +572,6 @@ def writer_only(rows: int, profile: Path | None) -> None:
     batches (10,000 rows each) into Apache Kafka 4.4.0, CPU per row of its two threads (the one
     that plans each batch, the loop's) and the broker's, without Spark's share or its noise."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import pyarrow as pa
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     from aiokprod.spark._executor import TaskWriter, close_all_producers
@@ -565,13 +580,9 @@ def writer_only(rows: int, profile: Path | None) -> None:
     from support.kafka_jars import ensure_kafka_jars
 
     schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    per_batch = 10_000
-    batches = []
-    for start in range(0, rows, per_batch):
-        ids = [str(i) for i in range(start, min(rows, start + per_batch))]
-        batches.append(pa.record_batch({
-            "key": pa.array(ids),
-            "value": pa.array([i.ljust(VALUE_SIZE, "x").encode() for i in ids], pa.binary())}))
+    per_batch = ARROW_BATCH_ROWS
+    batches = [_arrow_batch(start, min(rows, start + per_batch))
+               for start in range(0, rows, per_batch)]
     kafka_jars = ensure_kafka_jars()
     if isinstance(kafka_jars, str):
         raise SystemExit(f"no Kafka broker: {kafka_jars}")
@@ -579,10 +590,8 @@ def writer_only(rows: int, profile: Path | None) -> None:
     def thread_cpu() -> dict[str, float]:
         out = {"task": 0.0, "loop": 0.0}
         for tid in os.listdir("/proc/self/task"):
-            stat = _stat(f"/proc/self/task/{tid}/stat")
-            if stat is not None:
-                out["task" if int(tid) == os.getpid() else "loop"] += (
-                    int(stat[1][11]) + int(stat[1][12])) / CLK_TCK
+            out["task" if int(tid) == os.getpid() else "loop"] += _cpu_seconds(
+                f"/proc/self/task/{tid}/stat")
         return out
 
     with KafkaCluster(kafka_jars) as kafka:
@@ -590,9 +599,7 @@ def writer_only(rows: int, profile: Path | None) -> None:
                      if kind == "broker")
 
         def broker_cpu() -> float:
-            stat = _stat(f"/proc/{broker}/stat")
-            assert stat is not None
-            return (int(stat[1][11]) + int(stat[1][12])) / CLK_TCK
+            return _cpu_seconds(f"/proc/{broker}/stat")
 
         print(f"TaskWriter alone: {rows:,} rows (string key, {VALUE_SIZE}-byte value) in Arrow "
               f"batches of {per_batch:,} into Apache Kafka {kafka_jars.version} "
