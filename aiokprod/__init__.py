@@ -33,7 +33,13 @@ if TYPE_CHECKING:
         TransactionAbortedError,
         UnrecognizedBrokerError,
     )
-    from aiokprod.hooks import Partitioner, ProducerInterceptor, Serializer
+    from aiokprod.hooks import (
+        Partitioner,
+        ProducerInterceptor,
+        Serializer,
+        SerializerNotReady,
+        TopicSerializer,
+    )
     from aiokprod.network.oauth import OAuthToken
     from aiokprod.producer.bulk import SendManyResult
     from aiokprod.producer.producer import Producer, ProducerHealth
@@ -74,6 +80,8 @@ _LAZY = {
     "Partitioner": "aiokprod.hooks",
     "ProducerInterceptor": "aiokprod.hooks",
     "Serializer": "aiokprod.hooks",
+    "SerializerNotReady": "aiokprod.hooks",
+    "TopicSerializer": "aiokprod.hooks",
     "Producer": "aiokprod.producer.producer",
     "ProducerHealth": "aiokprod.producer.producer",
     "ProducerConfig": "aiokprod.config",
@@ -115,6 +123,8 @@ __all__ = [
     "SendManyResult",
     "SerializationError",
     "Serializer",
+    "SerializerNotReady",
+    "TopicSerializer",
     "TransactionAbortableError",
     "TransactionAbortedError",
     "UnrecognizedBrokerError",

@@ -11,7 +11,10 @@ position, so a hook may name them as it likes.
 Where each is called (Java names in brackets):
 
 * serializers — in ``send()`` and ``send_many()``, before anything is queued
-  (``Serializer.serialize``); an exception becomes ``SerializationError``;
+  (``Serializer.serialize``); an exception becomes ``SerializationError``. A serializer that
+  needs the topic (a Schema Registry subject is named after it) is a ``TopicSerializer``; one
+  that must first do asynchronous work (register a schema) raises ``SerializerNotReady``, which
+  ``send()`` awaits before it calls the serializer again (docs/serialization.md);
 * the partitioner — in ``send()`` and ``send_many()`` for records without an explicit
   partition (``Partitioner.partition``); an answer that names no partition of the topic fails
   that call;
@@ -23,13 +26,15 @@ Where each is called (Java names in brackets):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from aiokprod.record_metadata import RecordMetadata
 
-__all__ = ["Headers", "Partitioner", "ProducerInterceptor", "SendArgs", "Serializer"]
+__all__ = ["Headers", "Partitioner", "ProducerInterceptor", "SendArgs", "Serializer",
+           "SerializerNotReady", "TopicSerializer"]
 
 Headers = Sequence[tuple[str, "bytes | None"]]
 """Record headers as ``send()`` takes them: (key, value) pairs, a value may be ``None``."""
@@ -49,6 +54,39 @@ class Serializer(Protocol):
 
     def __call__(self, obj: Any, /) -> bytes | bytearray | memoryview | None:
         """The bytes of ``obj``, or ``None``."""
+
+
+@runtime_checkable
+class TopicSerializer(Protocol):
+    """A serializer that is told the topic (``key_serializer``, ``value_serializer``).
+
+    Java's ``Serializer.serialize(topic, data)`` passes the topic; our plain ``Serializer`` does
+    not, because almost none needs it and the call is on the per-record path. A serializer
+    object with a ``serialize_to_topic`` method is called through that instead, with the topic
+    first: a Schema Registry serializer names its subject after the topic.
+    """
+
+    def __call__(self, obj: Any, /) -> bytes | bytearray | memoryview | None:
+        """The bytes of ``obj`` where no topic is known (may refuse)."""
+
+    def serialize_to_topic(self, topic: str, obj: Any, /
+                           ) -> bytes | bytearray | memoryview | None:
+        """The bytes of ``obj`` sent to ``topic``, or ``None``."""
+
+
+class SerializerNotReady(Exception):
+    """Raised by a serializer that must first finish asynchronous work, such as registering its
+    schema: ``send()`` (and ``send_many()``) awaits ``ready`` and calls the serializer again.
+
+    The per-record path stays synchronous: only a serializer's first record for a topic (a
+    cache miss) raises this, and every concurrent send shares the one ``ready`` future. If
+    ``ready`` fails, the send fails with ``SerializationError`` carrying that cause, and nothing
+    of the record is queued.
+    """
+
+    def __init__(self, message: str, ready: asyncio.Future[Any]) -> None:
+        super().__init__(message)
+        self.ready = ready
 
 
 class Partitioner(Protocol):

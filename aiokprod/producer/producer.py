@@ -40,7 +40,7 @@ from aiokprod.errors import (
     RecordTooLargeError,
     SerializationError,
 )
-from aiokprod.hooks import Headers, Serializer
+from aiokprod.hooks import Headers, Serializer, SerializerNotReady
 from aiokprod.metrics import ProducerMetrics
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicMetadata
@@ -58,9 +58,15 @@ from aiokprod.producer.front.columnar_send import (
 )
 from aiokprod.producer.front.send_many import bulk_bytes, check_bulk_sizes, group_by_partitioner
 from aiokprod.producer.front.sender_turns import SenderTurns
+from aiokprod.producer.front.serializing import (
+    READY_ROUNDS,
+    TopicSerialize,
+    await_ready,
+    serialize,
+    topic_serialize,
+)
 from aiokprod.producer.front.transaction_api import TransactionalApi, send_refused
 from aiokprod.producer.front.validation import (
-    BYTES_LIKE,
     check_headers,
     check_timestamp_ms,
     validate_topic,
@@ -146,6 +152,9 @@ class Producer:
         cfg = self._config
         self._key_serializer: Serializer | None = cfg.key_serializer
         self._value_serializer: Serializer | None = cfg.value_serializer
+        # a TopicSerializer's serialize_to_topic, called instead of the serializer (hooks.py)
+        self._key_to_topic: TopicSerialize | None = topic_serialize(cfg.key_serializer)
+        self._value_to_topic: TopicSerialize | None = topic_serialize(cfg.value_serializer)
         self._interceptors: tuple[Any, ...] = tuple(cfg.interceptors)
         self._max_block: int = cfg.max_block_ms
         self._max_record: int = min(cfg.max_request_size, cfg.buffer_memory)
@@ -450,14 +459,22 @@ class Producer:
             if meta is None:
                 validate_topic(topic)  # known topics were validated on their first send
             # the common case (bytes or None, no serializer) costs no call
-            if self._key_serializer is None and (key is None or type(key) is bytes):
-                key_bytes: bytes | None = key
-            else:
-                key_bytes = self._serialize(topic, key, self._key_serializer, "key")
-            if self._value_serializer is None and (value is None or type(value) is bytes):
-                value_bytes: bytes | None = value
-            else:
-                value_bytes = self._serialize(topic, value, self._value_serializer, "value")
+            try:
+                if self._key_serializer is None and (key is None or type(key) is bytes):
+                    key_bytes: bytes | None = key
+                else:
+                    key_bytes = serialize(topic, key, self._key_serializer, "key",
+                                          self._key_to_topic)
+                if self._value_serializer is None and (value is None or type(value) is bytes):
+                    value_bytes: bytes | None = value
+                else:
+                    value_bytes = serialize(topic, value, self._value_serializer, "value",
+                                            self._value_to_topic)
+            except SerializerNotReady as not_ready:
+                # a serializer's first record for this topic: await its set-up (a schema's
+                # registration), then serialize again; nothing of the record is queued yet
+                key_bytes, value_bytes = await self._serialize_when_ready(
+                    not_ready, topic, key, value)
             if headers is not None:
                 headers = check_headers(headers)
             if timestamp_ms is None:  # inline: the call cost as much as reading the clock
@@ -631,22 +648,20 @@ class Producer:
         return IllegalStateError("the producer is not started: call `await producer.start()` "
                                  "or use `async with Producer(...)`")
 
-    @staticmethod
-    def _serialize(topic: str, obj: Any, serializer: Serializer | None, what: str
-                   ) -> bytes | None:
-        """A key or value (``what``) as bytes: through its serializer if one is configured."""
-        if serializer is not None:
+    async def _serialize_when_ready(self, not_ready: SerializerNotReady, topic: str, key: Any,
+                                    value: Any) -> tuple[bytes | None, bytes | None]:
+        """Key and value as bytes once the serializer that raised ``not_ready`` is ready; a key
+        and a value serializer may each need one wait."""
+        for _ in range(READY_ROUNDS):
+            await await_ready(not_ready, topic)
             try:
-                obj = serializer(obj)
-            except Exception as exc:
-                raise SerializationError(
-                    f"{what}_serializer failed for topic {topic!r}: {exc!r}") from exc
-        if obj is None or type(obj) is bytes:
-            return obj
-        if isinstance(obj, BYTES_LIKE):
-            return bytes(obj)
-        raise TypeError(f"{what} must be bytes or None (got {type(obj).__name__}); "
-                        f"configure {what}_serializer to send other types")
+                return (serialize(topic, key, self._key_serializer, "key", self._key_to_topic),
+                        serialize(topic, value, self._value_serializer, "value",
+                                  self._value_to_topic))
+            except SerializerNotReady as again:
+                not_ready = again
+        raise SerializationError(f"serializer still not ready for topic {topic!r} after "
+                                 f"{READY_ROUNDS} waits: {not_ready}")
 
     def _sending_parts(self) -> tuple[RecordAccumulator, Sender]:
         """The accumulator and sender, or the error that says why nothing can be sent now."""
@@ -772,9 +787,20 @@ class Producer:
         if self._interceptors:
             raise ValueError("send_many() does not run interceptors; use send() per record "
                              "with interceptors configured")
-        vals = bulk_bytes(topic, values, self._value_serializer, "value", owned=True)
+        key_list = None if keys is None else list(keys)  # ours: bulk_bytes may change it
+        for _ in range(READY_ROUNDS):
+            try:
+                vals = bulk_bytes(topic, values, self._value_serializer, "value",
+                                  self._value_to_topic)
+                ks = None if key_list is None else bulk_bytes(
+                    topic, key_list, self._key_serializer, "key", self._key_to_topic)
+                break
+            except SerializerNotReady as not_ready:
+                await await_ready(not_ready, topic)  # a serializer's first records for topic
+        else:
+            raise SerializationError(f"serializer still not ready for topic {topic!r} after "
+                                     f"{READY_ROUNDS} waits")
         n = len(vals)
-        ks = None if keys is None else bulk_bytes(topic, keys, self._key_serializer, "key")
         if ks is not None and len(ks) != n:
             raise ValueError(f"send_many got {len(ks)} keys for {n} values")
         record_headers = None if headers is None else check_headers(headers)

@@ -10,14 +10,15 @@ into batches (``Producer._append_runs``, bookkeeping in ``bulk``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from aiokprod._murmur2 import KeyGroups, groups_in_runs
 from aiokprod.errors import RecordTooLargeError, SerializationError
-from aiokprod.hooks import Serializer
+from aiokprod.hooks import Serializer, SerializerNotReady
 from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.batching.accumulator import estimate_record_size
+from aiokprod.producer.front.serializing import TopicSerialize
 from aiokprod.producer.front.validation import BYTES_LIKE
 from aiokprod.records.record_encoding import longest_bytes
 
@@ -35,16 +36,20 @@ def group_by_partitioner(choose: Callable[..., int], topic: str, ks: list[bytes 
     return groups_in_runs(by_partition, ks, vals)
 
 
-def bulk_bytes(topic: str, items: Iterable[Any], serializer: Serializer | None, what: str,
-               *, owned: bool = False) -> list[bytes | None]:
-    """The items as bytes or None; ``owned``: ``items`` is a list of our own, which may be
-    changed in place rather than copied."""
-    data = items if owned and type(items) is list else list(items)
+def bulk_bytes(topic: str, items: list[Any], serializer: Serializer | None, what: str,
+               to_topic: TopicSerialize | None) -> list[bytes | None]:
+    """The items as bytes or None. ``items`` is a list of the caller's own: it may be changed
+    in place, but only once the serializer has answered for every item, so after a
+    ``SerializerNotReady`` it is as it was and the call can be made again."""
+    data = items
     if serializer is None and longest_bytes(data) >= 0:
         return data  # all bytes or None already: one scan, in C on the native path
     if serializer is not None:
         try:
-            data = [serializer(x) for x in data]
+            data = [serializer(x) for x in data] if to_topic is None else \
+                [to_topic(topic, x) for x in data]
+        except SerializerNotReady:
+            raise
         except Exception as exc:
             raise SerializationError(
                 f"{what}_serializer failed for topic {topic!r}: {exc!r}") from exc
