@@ -35,7 +35,8 @@ from support.mock_cluster import MockCluster
 from support.processes import child_processes, pid_alive
 
 # Apache Kafka (KRaft, from Maven Central jars): kafka, kafka3, kafka_secure, kafka_factory.
-pytest_plugins = ["support.kafka_fixtures", "support.spark_fixtures"]
+pytest_plugins = ["support.kafka_fixtures", "support.schema_registry_fixtures",
+                  "support.spark_fixtures"]
 
 # hypothesis is imported here, at collection, on purpose: when its pytest plugin first imports it
 # at session end (a run with no hypothesis test), CPython 3.11.7's AST recursion tracking can fail

@@ -155,7 +155,7 @@ LAYERS: list[set[str]] = [
     {"metrics", "telemetry"},
     {"producer"},
     {"spark", "fastapi", "otel", "cli", "__main__", "_perf", "devbroker", "_devbroker_probe",
-     ""},
+     "schema_registry", ""},
 ]
 
 
