@@ -27,6 +27,7 @@ from aiokprod.devbroker import TansuBroker
 from support.example_venv import CleanPython, example_install, prepare
 from support.processes import frozen
 from support.reader import read_back
+from support.schema_registry_server import RegistryServer
 from support.uvicorn_app import serve_fastapi_example
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -60,12 +61,13 @@ async def _fill(bootstrap: str, topic: str, count: int) -> None:
 
 COMMAND_LINE = ("produce.py", "app_lifespan.py", "transactional_copy.py", *SPARK)
 SERVED = ("fastapi_app.py",)  # run by uvicorn, driven over HTTP
+REGISTRY = ("schema_registry_avro.py",)  # needs the Schema Registry fixture
 
 
 def test_every_example_is_run_from_a_clean_venv() -> None:
     """A new example must name its install in its docstring and be added here."""
     names = sorted(p.name for p in EXAMPLES.glob("*.py"))
-    assert names == sorted(COMMAND_LINE + SERVED)
+    assert names == sorted(COMMAND_LINE + SERVED + REGISTRY)
     for name in names:
         example_install(EXAMPLES / name)
 
@@ -106,6 +108,23 @@ def test_example_runs_from_a_clean_venv(name: str, site_dir: Path, tansu: TansuB
         records = read_back(tansu.bootstrap, args[1], expected=written, timeout=60,
                             settle=0.3)
         assert len(records) >= written > 0
+
+
+def test_schema_registry_example_runs_from_a_clean_venv(
+        site_dir: Path, tansu: TansuBroker, new_topic: Callable[..., str],
+        schema_registry: RegistryServer, tmp_path: Path) -> None:
+    clean = prepare(EXAMPLES / "schema_registry_avro.py", site_dir)
+    topic = new_topic()
+    done = subprocess.run(
+        [clean.python, str(EXAMPLES / "schema_registry_avro.py"), tansu.bootstrap, topic,
+         schema_registry.url], capture_output=True, text=True, timeout=120, check=False,
+        cwd=tmp_path, stdin=subprocess.DEVNULL,
+        env=clean.env(SCHEMA_REGISTRY_USER_INFO=schema_registry.user_info))
+    assert done.returncode == 0, \
+        f"pip install {' '.join(clean.install)}; python schema_registry_avro.py:\n" \
+        f"{done.stderr[-3000:]}"
+    assert "100 orders" in done.stdout
+    assert len(read_back(tansu.bootstrap, topic, expected=100)) == 100
 
 
 @contextmanager
