@@ -117,6 +117,11 @@ class RegistrySerializer:
     def config(self) -> SerializerConfig:
         return self._config
 
+    def header(self, topic: str) -> bytes | None:
+        """What every record of ``topic`` starts with (the wire header, then any message
+        indexes), once its schema id is known; else ``None``."""
+        return self._headers.get(topic)
+
     def subject(self, topic: str) -> str:
         """The registry subject of this serializer's records in ``topic``."""
         return subject_name(self._config.subject_name_strategy, topic, self._is_key,

@@ -286,8 +286,9 @@ class TaskWriter:
 
     def _plan(self, batch: pa.RecordBatch) -> _Plan:
         columns = self._settings.columns
-        self._bytes += _payload_bytes(batch.column("value"))
-        if "key" in columns:
+        if self._settings.value_registry is None:  # else counted once encoded (_bulk)
+            self._bytes += _payload_bytes(batch.column("value"))
+        if "key" in columns and self._settings.key_registry is None:
             self._bytes += _payload_bytes(batch.column("key"))
         plan: _Plan = []
         for topic, by_topic in self._by_topic(batch):
@@ -321,14 +322,31 @@ class TaskWriter:
         if "key" in columns:
             key_column = batch.column("key")
             if key_column.null_count < n:
+                if self._settings.key_registry is not None:
+                    key_column = self._through_registry(topic, key_column, is_key=True)
                 keys = BinaryColumn.from_arrow(key_column)
         headers = None
         if "headers" in columns:
             header_column = batch.column("headers")
             if header_column.null_count < n and pc.max(pc.list_value_length(header_column)).as_py():
                 headers = HeaderColumn.from_arrow(header_column)
-        return _Bulk(topic, partition, n, BinaryColumn.from_arrow(batch.column("value")), keys,
+        values = batch.column("value")
+        if self._settings.value_registry is not None:
+            values = self._through_registry(topic, values, is_key=False)
+        return _Bulk(topic, partition, n, BinaryColumn.from_arrow(values), keys,
                      timestamp_ms, timestamps_ms, headers)
+
+    def _through_registry(self, topic: str, column: pa.Array, *, is_key: bool) -> pa.Array:
+        """A struct column as framed Avro (aiokprod.spark._registry); the first batch of a
+        topic waits, in this task thread, for the schema's registration on the loop."""
+        from aiokprod.spark._registry import registry_column  # needs aiokprod[avro]
+
+        options = self._settings.key_registry if is_key else self._settings.value_registry
+        assert options is not None
+        encoded = registry_column(options, is_key=is_key).encode(
+            topic, column, lambda coro: self._loop_thread.submit(coro).result())
+        self._bytes += _payload_bytes(encoded)
+        return encoded
 
     # -- sending (loop thread) ----------------------------------------------------------------
 

@@ -18,8 +18,15 @@ from dataclasses import dataclass
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    BooleanType,
+    ByteType,
     DataType,
+    DoubleType,
+    FloatType,
     IntegerType,
+    LongType,
+    NullType,
+    ShortType,
     StringType,
     StructType,
     TimestampType,
@@ -113,6 +120,10 @@ class SinkSettings:
     # batch writes: made on the driver for each save(), even one with a write id: names the
     # marker by which the driver's abort() tells this run's late tasks to write nothing
     run_id: str | None = None
+    # the 'value.' / 'key.' Schema Registry options (prefix removed), sorted; set when the
+    # column is a struct written as Confluent-framed Avro (aiokprod.spark._registry)
+    value_registry: tuple[tuple[str, str], ...] | None = None
+    key_registry: tuple[tuple[str, str], ...] | None = None
 
     @property
     def transaction_timeout_ms(self) -> int:
@@ -123,8 +134,11 @@ class SinkSettings:
     def __repr__(self) -> str:
         shown = {k: "***" if k in _SECRET_SETTINGS else v for k, v in self.producer_config}
         mode = f", transactional={self.id_prefix!r}" if self.transactional else ""
+        registry = "".join(f", {what}=avro via {dict(options).get('schema.registry.url')}"
+                           for what, options in (("value", self.value_registry),
+                                                 ("key", self.key_registry)) if options)
         return (f"SinkSettings(producer={shown}, topic={self.topic!r}, "
-                f"columns={self.columns}{mode})")
+                f"columns={self.columns}{mode}{registry})")
 
 
 def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSettings:
@@ -138,9 +152,13 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
     topic: str | None = None
     transactional = False
     id_prefix, marker_topic, write_id = DEFAULT_ID_PREFIX, None, None
+    registry: dict[str, dict[str, str]] = {"value": {}, "key": {}}
     for name, value in options.items():
         key = name.lower()
-        if key.startswith(KAFKA_PREFIX):
+        column, _, rest = key.partition(".")
+        if column in registry and rest:
+            registry[column][rest] = value
+        elif key.startswith(KAFKA_PREFIX):
             java = key[len(KAFKA_PREFIX):]
             reason = _UNSUPPORTED.get(java)
             if reason is not None:
@@ -170,7 +188,8 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
         elif key not in _SPARK_OWNED:
             raise ConfigError(
                 f"aiokprod sink: unknown option {name!r}; producer settings take the 'kafka.' "
-                f"prefix (e.g. 'kafka.{key}'), and the sink's own options are 'topic', "
+                f"prefix (e.g. 'kafka.{key}'), Schema Registry options 'value.' or 'key.' "
+                f"(e.g. 'value.schema.registry.url'), and the sink's own options are 'topic', "
                 f"'transactional', {ID_PREFIX!r}, {MARKER_TOPIC!r} and {WRITE_ID!r}")
     if jaas:
         if "sasl.username" in producer or "sasl.password" in producer:
@@ -191,7 +210,10 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
     except ConfigError as exc:
         raise ConfigError(f"aiokprod sink: bad producer option (given with the 'kafka.' "
                           f"prefix): {exc}") from exc
-    columns = _check_schema(schema, topic)
+    value_registry = _registry_options("value", registry["value"])
+    key_registry = _registry_options("key", registry["key"])
+    columns = _check_schema(schema, topic, registered={
+        name for name, given in (("value", value_registry), ("key", key_registry)) if given})
     if transactional:
         marker_topic = marker_topic or topic
         if marker_topic is None:
@@ -203,7 +225,26 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
         raise ConfigError(f"aiokprod sink: options {ID_PREFIX!r}, {MARKER_TOPIC!r} and "
                           f"{WRITE_ID!r} need 'transactional'='true'")
     return SinkSettings(tuple(sorted(producer.items())), topic, columns, transactional,
-                        id_prefix, marker_topic if transactional else None, write_id)
+                        id_prefix, marker_topic if transactional else None, write_id,
+                        value_registry=value_registry, key_registry=key_registry)
+
+
+def _registry_options(column: str, given: dict[str, str]
+                      ) -> tuple[tuple[str, str], ...] | None:
+    """The ``value.`` / ``key.`` options, checked here so a typo fails ``save()`` once."""
+    if not given:
+        return None
+    from aiokprod.spark._registry import check_registry_options
+
+    if "schema.registry.url" not in given:
+        raise ConfigError(f"aiokprod sink: options {sorted(f'{column}.{k}' for k in given)} "
+                          f"need '{column}.schema.registry.url'")
+    try:
+        check_registry_options(given, is_key=column == "key")
+    except ValueError as exc:
+        raise ConfigError(f"aiokprod sink: bad '{column}.' Schema Registry option: "
+                          f"{exc}") from exc
+    return tuple(sorted(given.items()))
 
 
 def sink_options(bootstrap_servers: str | Sequence[str], *, topic: str | None = None,
@@ -248,7 +289,8 @@ def _from_jaas(config: str) -> dict[str, str]:
     return {"sasl.username": options["username"], "sasl.password": options["password"]}
 
 
-def _check_schema(schema: StructType, topic_option: str | None) -> tuple[str, ...]:
+def _check_schema(schema: StructType, topic_option: str | None,
+                  registered: frozenset[str] | set[str] = frozenset()) -> tuple[str, ...]:
     by_name = {f.name: f.dataType for f in schema.fields}
     extra = [name for name in by_name if name not in COLUMNS]
     if extra:
@@ -258,7 +300,12 @@ def _check_schema(schema: StructType, topic_option: str | None) -> tuple[str, ..
     if "value" not in by_name:
         raise ValueError("aiokprod sink: the DataFrame needs a 'value' column (binary or string)")
     for name in ("value", "key"):
-        if name in by_name and not isinstance(by_name[name], (BinaryType, StringType)):
+        if name in registered:
+            if name not in by_name or not isinstance(by_name[name], StructType):
+                raise ValueError(_wrong_type(name, by_name.get(name, NullType()),
+                                             "struct (written as Avro through the registry)"))
+            _check_struct_fields(name, by_name[name])
+        elif name in by_name and not isinstance(by_name[name], (BinaryType, StringType)):
             raise ValueError(_wrong_type(name, by_name[name], "binary or string"))
     if "topic" in by_name and not isinstance(by_name["topic"], StringType):
         raise ValueError(_wrong_type("topic", by_name["topic"], "string"))
@@ -272,6 +319,22 @@ def _check_schema(schema: StructType, topic_option: str | None) -> tuple[str, ..
         raise ValueError(_wrong_type("headers", by_name["headers"],
                                      "array<struct<key: string, value: binary>>"))
     return tuple(name for name in COLUMNS if name in by_name)
+
+
+_AVRO_FIELD_TYPES = (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType,
+                     DoubleType, StringType, BinaryType)
+
+
+def _check_struct_fields(column: str, struct: DataType) -> None:
+    """The registry path encodes structs of primitive fields (aiokprod.schema_registry.
+    avro_columns): anything else is named here, on the driver."""
+    assert isinstance(struct, StructType)
+    for field in struct.fields:
+        if not isinstance(field.dataType, _AVRO_FIELD_TYPES):
+            raise ValueError(
+                f"aiokprod sink: field {column}.{field.name} has type "
+                f"{field.dataType.simpleString()}; the Schema Registry path writes structs of "
+                f"boolean, byte, short, int, long, float, double, string and binary fields")
 
 
 def _is_headers_type(data_type: DataType) -> bool:
