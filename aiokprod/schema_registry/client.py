@@ -147,7 +147,18 @@ class SchemaRegistryClient:
         path = f"/subjects/{quote(subject, safe='')}/versions"
         if normalize:
             path += "?normalize=true"
-        answer = await self._request("POST", path, schema.request_body())
+        try:
+            answer = await self._request("POST", path, schema.request_body())
+        except SchemaRegistryError as refused:
+            if refused.status != 409:
+                raise
+            # 409 is an incompatible schema, or (Apicurio) a subject another client created
+            # between our look at it and our registration: asking for this schema tells which
+            try:
+                found = await self.lookup(subject, schema, normalize=normalize)
+            except SchemaRegistryError:
+                raise refused from None
+            return found.schema_id
         schema_id = int(answer["id"])
         self._ids[key] = schema_id
         return schema_id
