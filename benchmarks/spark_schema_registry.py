@@ -8,7 +8,10 @@ topic of one Tansu broker, alternating two contenders each round:
   long as the Avro record below encodes to (its median length), so both write the same bytes;
 * ``registry`` — a struct ``value`` of ten fields (long, string, double, int, boolean, string,
   long, float, string, nullable string), written as Avro through the registry
-  (``value.schema.registry.url``), the same string key.
+  (``value.schema.registry.url``), the same string key;
+* ``floor-raw``, ``floor-struct`` — the same two DataFrames into a Python data source whose
+  Arrow writer only counts rows (``benchmarks/spark_sink.py``'s floor): what Spark costs to hand
+  each over to Python as Arrow, the ceiling of any Python sink for it.
 
 Both DataFrames are cached and counted first, so the timed write is the sink's work (the Arrow
 hand-over to Python included), not the rows' generation. The registry is the tests' Apicurio
@@ -57,6 +60,10 @@ def _spark() -> Any:
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
                .getOrCreate())
     session.dataSource.register(KafkaDataSource)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from spark_sink import _floor_source
+
+    session.dataSource.register(_floor_source())
     return session
 
 
@@ -81,16 +88,20 @@ def run(args: argparse.Namespace) -> None:
                 "cast(id as string) as key",
                 f"cast(rpad(cast(id as string), {size}, 'x') as binary) as value").cache()
             raw.count()
-            rates: dict[str, list[float]] = {"raw": [], "registry": []}
+            contenders = ["raw", "registry", "floor-raw", "floor-struct"]
+            rates: dict[str, list[float]] = {c: [] for c in contenders}
             for round_ in range(args.rounds + 1):
-                order = ["raw", "registry"] if round_ % 2 == 0 else ["registry", "raw"]
-                for contender in order:
+                shift = round_ % len(contenders)  # each round starts one contender later
+                for contender in contenders[shift:] + contenders[:shift]:
                     topic = f"bench-{contender}-{uuid.uuid4().hex[:8]}"
-                    broker.create_topic(topic, 6)
-                    df = raw if contender == "raw" else structured
-                    writer = (df.write.format("aiokprod")
-                              .option("kafka.bootstrap.servers", broker.bootstrap)
-                              .option("kafka.linger.ms", "5").option("topic", topic))
+                    df = structured if contender in ("registry", "floor-struct") else raw
+                    if contender.startswith("floor"):
+                        writer = df.write.format("floor")
+                    else:
+                        broker.create_topic(topic, 6)
+                        writer = (df.write.format("aiokprod")
+                                  .option("kafka.bootstrap.servers", broker.bootstrap)
+                                  .option("kafka.linger.ms", "5").option("topic", topic))
                     if contender == "registry":
                         writer = (writer.option("value.schema.registry.url", registry.url)
                                   .option("value.basic.auth.user.info", registry.user_info)
@@ -98,17 +109,20 @@ def run(args: argparse.Namespace) -> None:
                     started = time.perf_counter()
                     writer.mode("append").save()
                     rate = args.rows / (time.perf_counter() - started)
-                    print(f"round {round_} {contender:9} {rate:12,.0f} rows/s"
+                    print(f"round {round_} {contender:13} {rate:12,.0f} rows/s"
                           f"{'  (warm-up)' if round_ == 0 else ''}")
                     if round_:
                         rates[contender].append(rate)
         finally:
             registry.stop()
             spark.stop()
-    raw_rate = statistics.median(rates["raw"])
-    registry_rate = statistics.median(rates["registry"])
-    print(f"\n{args.rows:,} rows, {args.rounds} rounds (median): raw {raw_rate:,.0f} rows/s, "
-          f"registry {registry_rate:,.0f} rows/s = {registry_rate / raw_rate:.2f}x raw")
+    median = {c: statistics.median(r) for c, r in rates.items()}
+    print(f"\n{args.rows:,} rows, median of {args.rounds} rounds, rows/s:")
+    for contender, rate in median.items():
+        print(f"  {contender:13} {rate:12,.0f}")
+    print(f"registry / raw: {median['registry'] / median['raw']:.2f}x; Spark's own hand-over "
+          f"of the struct / of the binary column (floors): "
+          f"{median['floor-struct'] / median['floor-raw']:.2f}x")
 
 
 def _avro_length() -> int:
