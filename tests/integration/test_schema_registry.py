@@ -158,8 +158,6 @@ async def test_schema_evolution_gets_the_registrys_answer(
                                       {"name": "note", "type": "string", "default": ""}]}
     incompatible = {**ORDER, "fields": [{"name": "id", "type": "string"},
                                         *ORDER["fields"][1:]]}  # type: ignore[index]
-    async with Producer(bootstrap_servers=tansu.bootstrap) as raw:
-        pass
     ids = []
     for schema, value in ((ORDER, _order(1)), (compatible, {**_order(2), "note": "n"})):
         serializer = AvroSerializer(client, schema)
@@ -176,7 +174,6 @@ async def test_schema_evolution_gets_the_registrys_answer(
     assert isinstance(cause, SchemaRegistryError)
     assert cause.status == 409
     assert "Incompatible" in str(cause) and f"{topic}-value" in str(cause)
-    del raw
     decode = AvroDeserializer(_confluent(schema_registry))
     values = [decode(r.value, SerializationContext(topic, MessageField.VALUE))
               for r in read_back(tansu.bootstrap, topic, expected=2)]

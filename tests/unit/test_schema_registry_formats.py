@@ -71,6 +71,12 @@ def test_client_options_take_confluent_and_java_names() -> None:
     assert client._urls == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
     assert client._headers["Authorization"] == "Basic dTpw"
     assert (client._timeout_ms, client._max_retries, client._wait_ms) == (2500, 1, 5)
+    bearer = SchemaRegistryClient.from_config({
+        "url": "https://r", "bearer.auth.credentials.source": "STATIC_TOKEN",
+        "bearer.auth.token": "t0k"})
+    assert bearer._headers["Authorization"] == "Bearer t0k"
+    with pytest.raises(ValueError, match="not both"):
+        SchemaRegistryClient("http://r", basic_auth_user_info="u:p", bearer_token="t")
     with pytest.raises(ValueError, match="unknown schema registry client option"):
         SchemaRegistryClient.from_config({"url": "http://x", "ssl.keystore.location": "k"})
     with pytest.raises(ValueError, match="only USER_INFO"):
