@@ -6,7 +6,12 @@ file's first message, is the single byte 0), then ``SerializeToString()``.
 
 The schema registered is the ``.proto`` text given, or else the file's descriptor as base64
 (``FileDescriptorProto``), the form confluent-kafka registers and Confluent's registry reads.
-Files that import others (references) are not supported yet: give one self-contained file.
+A file that imports others registers each of them first, under a subject named after the
+imported file (Java's ``DefaultReferenceSubjectNameStrategy``), and refers to it by name,
+subject and version; Google's and Confluent's own files (``google/protobuf/``,
+``google/type/``, ``confluent/``) are the registry's built-ins and are not registered
+(confluent-kafka's ``skip.known.types``). References need the descriptor form: with a
+``.proto`` text given, the file must import nothing but built-ins.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiokprod.schema_registry.client import SchemaRegistryClient
-from aiokprod.schema_registry.schema import Schema
+from aiokprod.schema_registry.schema import Schema, SchemaReference
 from aiokprod.schema_registry.serializer import RegistrySerializer, SerializerConfig
 
 try:
@@ -27,7 +32,20 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("aiokprod.schema_registry.protobuf needs protobuf: "
                       "pip install 'aiokprod[protobuf]'") from exc
 
-__all__ = ["ProtobufSerializer", "message_indexes"]
+__all__ = ["ProtobufSerializer", "is_builtin", "message_indexes"]
+
+_BUILTIN_PREFIXES = ("google/protobuf/", "google/type/", "confluent/")
+
+
+def is_builtin(file_name: str) -> bool:
+    """A ``.proto`` file every registry knows: never registered as a reference."""
+    return file_name.startswith(_BUILTIN_PREFIXES)
+
+
+def _descriptor_text(file: Any) -> str:
+    proto = FileDescriptorProto()
+    file.CopyToProto(proto)
+    return base64.standard_b64encode(proto.SerializeToString()).decode("ascii")
 
 
 def _zigzag_varint(value: int) -> bytes:
@@ -68,17 +86,34 @@ class ProtobufSerializer(RegistrySerializer):
                  options: Mapping[str, Any] | None = None) -> None:
         descriptor: Descriptor = message_type.DESCRIPTOR
         file = descriptor.file
-        if file.dependencies:
-            raise ValueError(f"{file.name} imports {[d.name for d in file.dependencies]}: "
-                             f"schema references are not supported yet")
-        if schema is None:
-            proto = FileDescriptorProto()
-            file.CopyToProto(proto)
-            schema = base64.standard_b64encode(proto.SerializeToString()).decode("ascii")
-        super().__init__(client, Schema(schema, "PROTOBUF"), descriptor.full_name,
-                         is_key=is_key, config=config, options=options)
+        imported = [d.name for d in file.dependencies if not is_builtin(d.name)]
+        if schema is not None and imported:
+            raise ValueError(f"{file.name} imports {imported}: give no schema text, so that "
+                             f"they are registered from the descriptors as references")
+        super().__init__(client, Schema(schema or _descriptor_text(file), "PROTOBUF"),
+                         descriptor.full_name, is_key=is_key, config=config, options=options)
         self._type = message_type
         self._indexes = message_indexes(descriptor)
+        self._file = file
+        self._references_done = not imported
+
+    async def _resolve(self, topic: str) -> int:
+        if not self._references_done:
+            references = [await self._register_file(d) for d in self._file.dependencies
+                          if not is_builtin(d.name)]
+            self._schema = Schema(self._schema.schema_str, "PROTOBUF", tuple(references))
+            self._references_done = True
+        return await super()._resolve(topic)
+
+    async def _register_file(self, file: Any) -> SchemaReference:
+        """Register an imported file (its own imports first) under its name; the reference."""
+        references = tuple([await self._register_file(d) for d in file.dependencies
+                            if not is_builtin(d.name)])
+        schema = Schema(_descriptor_text(file), "PROTOBUF", references)
+        await self._client.register(file.name, schema, normalize=self._config.normalize_schemas)
+        found = await self._client.lookup(file.name, schema)
+        assert found.version is not None
+        return SchemaReference(file.name, file.name, found.version)
 
     def _message_indexes(self) -> bytes:
         return self._indexes

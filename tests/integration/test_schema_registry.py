@@ -262,3 +262,50 @@ async def test_concurrent_first_registrations_of_a_subject_get_one_id(
             AvroSerializer(_client(schema_registry), ORDER).prepare(subject_topic)
             for _ in range(2)])
         assert len(set(ids)) == 1
+
+
+def _protobuf_with_imports() -> Any:
+    """``Order`` in a file importing another of ours (``Money``) and google's Timestamp."""
+    from google.protobuf import timestamp_pb2
+
+    label = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+    money = descriptor_pb2.FileDescriptorProto(name="aiokprod_test/money.proto",
+                                               package="aiokprod.money", syntax="proto3")
+    amount = money.message_type.add(name="Money")
+    amount.field.add(name="cents", number=1, label=label,
+                     type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64)
+    order = descriptor_pb2.FileDescriptorProto(
+        name="aiokprod_test/order.proto", package="aiokprod.order", syntax="proto3",
+        dependency=["aiokprod_test/money.proto", "google/protobuf/timestamp.proto"])
+    message = order.message_type.add(name="Order")
+    message.field.add(name="total", number=1, label=label, type_name=".aiokprod.money.Money",
+                      type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE)
+    message.field.add(name="at", number=2, label=label, type_name=".google.protobuf.Timestamp",
+                      type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(money)
+    pool.Add(order)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("aiokprod.order.Order"))
+
+
+async def test_protobuf_imports_are_registered_as_references(
+        tansu: TansuBroker, new_topic: Callable[..., str], schema_registry: RegistryServer
+) -> None:
+    order_type = _protobuf_with_imports()
+    topic = new_topic()
+    async with Producer(bootstrap_servers=tansu.bootstrap, value_serializer=ProtobufSerializer(
+            _client(schema_registry), order_type)) as producer:
+        for i in range(3):
+            order = order_type()
+            order.total.cents = 100 * i
+            order.at.seconds = 1_700_000_000 + i
+            await producer.send(topic, order)
+    latest = schema_registry.call("GET", f"/subjects/{topic}-value/versions/latest")
+    assert isinstance(latest, dict)
+    assert [r["name"] for r in latest["references"]] == ["aiokprod_test/money.proto"]
+    decode = ProtobufDeserializer(order_type, {"use.deprecated.format": False})
+    got = [decode(r.value, SerializationContext(topic, MessageField.VALUE))
+           for r in read_back(tansu.bootstrap, topic, expected=3)]
+    assert [(o.total.cents, o.at.seconds) for o in got] == \
+        [(100 * i, 1_700_000_000 + i) for i in range(3)]
