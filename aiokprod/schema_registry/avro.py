@@ -74,12 +74,12 @@ class AvroSerializer(RegistrySerializer):
             return super().serialize_to_topic(topic, obj)
         flat = self._flat
         if flat is not None:
-            return header + flat(obj)
+            return flat(obj, header)
         return self._encode(header, obj)
 
     def _encode(self, header: bytes, obj: Any) -> bytes:
         if self._flat is not None:
-            return header + self._flat(obj)
+            return self._flat(obj, header)
         if _write_data is not None:
             out = bytearray(header)
             _write_data(out, obj, self._parsed, self._named, "", self._options)

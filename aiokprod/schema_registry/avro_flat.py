@@ -101,9 +101,10 @@ def _primitive(schema: Any) -> str | None:
     return None
 
 
-def flat_record_encoder(schema: Any) -> Callable[[Mapping[str, Any]], bytes] | None:
-    """A function encoding a record of ``schema`` (a record schema as JSON ``dict``), or
-    ``None`` when the schema is not flat (see the module docstring)."""
+def flat_record_encoder(schema: Any) -> Callable[..., bytes] | None:
+    """A function ``encode(record, header=b"")`` writing ``header`` and then a record of
+    ``schema`` (a record schema as JSON ``dict``), or ``None`` when the schema is not flat (see
+    the module docstring)."""
     if not isinstance(schema, Mapping) or schema.get("type") != "record":
         return None
     names: dict[str, Any] = {"_MISSING": _MISSING}
@@ -131,12 +132,12 @@ def flat_record_encoder(schema: Any) -> Callable[[Mapping[str, Any]], bytes] | N
         else:
             return None
         names[f"_name{i}"] = name
-    lines = ["def encode(record):"]
+    lines = ["def encode(record, header=b''):"]
     for i in range(len(parts)):
         lines.append(f"    _v{i} = record.get(_name{i}, _d{i})")
         lines.append(f"    if _v{i} is _MISSING:")
         lines.append(f"        raise ValueError('no value for field ' + repr(_name{i}))")
-    lines.append(f"    return b''.join(({', '.join(parts)}{',' if len(parts) == 1 else ''}))")
+    lines.append(f"    return b''.join((header, {', '.join(parts)}))")
     exec("\n".join(lines), names)  # the source holds field indexes only; names are bound
-    encode: Callable[[Mapping[str, Any]], bytes] = names["encode"]
+    encode: Callable[..., bytes] = names["encode"]
     return encode

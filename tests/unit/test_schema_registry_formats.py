@@ -170,6 +170,7 @@ def test_flat_encoder_writes_fastavros_bytes() -> None:
         expected = io.BytesIO()
         fastavro.schemaless_writer(expected, parsed, record)
         assert encode(record) == expected.getvalue(), record
+        assert encode(record, wire_header(5)) == wire_header(5) + expected.getvalue()
     assert flat_record_encoder(NESTED) is None
     assert flat_record_encoder({"type": "record", "name": "U", "fields": [
         {"name": "u", "type": {"type": "string", "logicalType": "uuid"}}]}) is None
