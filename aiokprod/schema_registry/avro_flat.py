@@ -4,7 +4,9 @@ fastavro's compiled encoder walks the schema for every record (a type test and a
 ~6.5 us for ten fields. A record whose fields are all primitives (``null``, ``boolean``, ``int``,
 ``long``, ``float``, ``double``, ``string``, ``bytes``) or unions of ``null`` and one of them can
 instead be encoded by one function generated for its schema: one expression per field, joined
-with ``b"".join``, small varints from a table. That halves the cost. Anything else (nested
+with ``b"".join``, small varints from a table; that halves the cost. Where the native extension
+is built, its twin (``FlatAvroEncoder`` in ``aiokprod/_native/_avro.pxi``) walks the same plan
+of the fields in C, into one buffer, about ten times faster again. Anything else (nested
 records, arrays, maps, enums, fixed, logical types) returns ``None`` and fastavro stays in use.
 
 What the generated code accepts follows fastavro's writer: a missing field takes the schema's
@@ -22,6 +24,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from aiokprod import _native
 
 __all__ = ["flat_record_encoder"]
 
@@ -104,34 +108,59 @@ def _primitive(schema: Any) -> str | None:
 def flat_record_encoder(schema: Any) -> Callable[..., bytes] | None:
     """A function ``encode(record, header=b"")`` writing ``header`` and then a record of
     ``schema`` (a record schema as JSON ``dict``), or ``None`` when the schema is not flat (see
-    the module docstring)."""
+    the module docstring). It is the native twin where the extension is built, else the
+    generated function; both take the same plan of the fields."""
+    fields = _flat_fields(schema)
+    if fields is None:
+        return None
+    speedups = _native.speedups
+    if speedups is not None:
+        native: Callable[..., bytes] = speedups.FlatAvroEncoder(tuple(fields), _MISSING)
+        return native
+    return _generated_encoder(fields)
+
+
+def _flat_fields(schema: Any) -> list[tuple[str, str, int, Any]] | None:
+    """Each field's (name, primitive type, union, default): ``union`` is -1 for a plain field,
+    0 for ``["null", T]`` and 1 for ``[T, "null"]``; ``default`` is ``_MISSING`` when the schema
+    gives none. ``None`` when a field is not a primitive or a nullable one."""
     if not isinstance(schema, Mapping) or schema.get("type") != "record":
         return None
-    names: dict[str, Any] = {"_MISSING": _MISSING}
-    parts = []
-    for i, field in enumerate(schema.get("fields", ())):
+    fields = []
+    for field in schema.get("fields", ()):
         field_type = field.get("type")
         name = field.get("name")
         if not isinstance(name, str):
             return None
-        names[f"_d{i}"] = field.get("default", _MISSING)
+        default = field.get("default", _MISSING)
         kind = _primitive(field_type)
         if kind is not None:
-            names[f"_e{i}"] = _ENCODERS[kind]
-            parts.append(f"_e{i}(_v{i})")
+            fields.append((name, kind, -1, default))
         elif isinstance(field_type, list) and len(field_type) == 2 and \
                 "null" in field_type and field_type[0] != field_type[1]:
             other = _primitive(field_type[1 - field_type.index("null")])
             if other is None or other == "null":
                 return None
-            names[f"_e{i}"] = _ENCODERS[other]
-            null_branch = b"\x00" if field_type[0] == "null" else b"\x02"
-            value_branch = b"\x02" if field_type[0] == "null" else b"\x00"
-            names[f"_n{i}"], names[f"_b{i}"] = null_branch, value_branch
-            parts.append(f"(_n{i} if _v{i} is None else _b{i} + _e{i}(_v{i}))")
+            fields.append((name, other, field_type.index("null"), default))
         else:
             return None
+    return fields
+
+
+def _generated_encoder(fields: list[tuple[str, str, int, Any]]) -> Callable[..., bytes]:
+    """One Python function for the fields: an expression per field, one ``b"".join``."""
+    names: dict[str, Any] = {"_MISSING": _MISSING}
+    parts = []
+    for i, (name, kind, union, default) in enumerate(fields):
+        names[f"_d{i}"] = default
+        names[f"_e{i}"] = _ENCODERS[kind]
         names[f"_name{i}"] = name
+        if union < 0:
+            parts.append(f"_e{i}(_v{i})")
+        else:
+            names[f"_n{i}"] = b"\x00" if union == 0 else b"\x02"  # the null branch's index
+            names[f"_b{i}"] = b"\x02" if union == 0 else b"\x00"
+            parts.append(f"(_n{i} if _v{i} is None else _b{i} + _e{i}(_v{i}))")
     lines = ["def encode(record, header=b''):"]
     for i in range(len(parts)):
         lines.append(f"    _v{i} = record.get(_name{i}, _d{i})")

@@ -15,6 +15,9 @@ import shutil
 import sys
 import sysconfig
 import weakref
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +29,7 @@ from aiokprod.producer import batch as batch_module
 from aiokprod.producer.partition import PartitionProducer
 from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records import builder, record_encoding
+from aiokprod.schema_registry import avro_flat
 from support.examples import examples
 
 DISABLED = os.environ.get("AIOKPROD_NO_EXTENSIONS", "") not in ("", "0")
@@ -319,3 +323,44 @@ def test_run_append_twins_agree(values: list[bytes | None], keyed: bool, prefix:
     assert ours == theirs
     if prefix == 0 and start < len(values):
         assert got[0] >= 1  # an empty batch takes its first record whatever its size
+
+
+# one field of each primitive type, nullable both ways round, and one with a default
+_FLAT_AVRO = [("l", "long", -1, avro_flat._MISSING), ("i", "int", -1, avro_flat._MISSING),
+              ("s", "string", -1, avro_flat._MISSING), ("b", "bytes", -1, avro_flat._MISSING),
+              ("d", "double", -1, avro_flat._MISSING), ("f", "float", -1, avro_flat._MISSING),
+              ("t", "boolean", -1, avro_flat._MISSING), ("n", "null", -1, avro_flat._MISSING),
+              ("ns", "string", 0, avro_flat._MISSING), ("ln", "long", 1, avro_flat._MISSING),
+              ("dflt", "int", -1, 7)]
+# right values, and wrong ones of every kind each twin must refuse alike
+_AVRO_VALUE = (st.integers(-(2**64), 2**64) | st.floats(allow_nan=False, width=64)
+               | st.text(max_size=40) | st.binary(max_size=40) | st.booleans() | st.none()
+               | st.just(bytearray(b"ba")))
+
+
+@needs_native
+@settings(max_examples=examples(500), deadline=None)
+@given(record=st.fixed_dictionaries(
+    {"l": INT64 | _AVRO_VALUE, "i": st.integers(-(2**31), 2**31 - 1) | _AVRO_VALUE,
+     "s": st.text(max_size=700) | _AVRO_VALUE, "b": st.binary(max_size=700) | _AVRO_VALUE,
+     "d": st.floats() | _AVRO_VALUE, "f": st.floats(width=32) | _AVRO_VALUE,
+     "t": _AVRO_VALUE, "n": st.none() | _AVRO_VALUE, "ns": st.none() | st.text(max_size=9),
+     "ln": st.none() | INT64},
+    optional={"dflt": st.integers(-5, 5), "unknown": st.integers()}),
+    header=st.binary(max_size=8), as_mapping=st.booleans())
+def test_flat_avro_twins_agree(record: dict[str, Any], header: bytes, as_mapping: bool) -> None:
+    """The native flat Avro encoder writes the generated function's bytes, refuses what it
+    refuses with the same exception type, and grows past its stack buffer (700-byte fields)."""
+    assert native is not None
+    ours = native.FlatAvroEncoder(tuple(_FLAT_AVRO), avro_flat._MISSING)
+    theirs = avro_flat._generated_encoder(_FLAT_AVRO)
+    given_record: Mapping[str, Any] = MappingProxyType(record) if as_mapping else record
+    try:
+        expected: bytes | type[BaseException] = theirs(given_record, header)
+    except Exception as exc:  # the type is what must agree
+        expected = type(exc)
+    if isinstance(expected, bytes):
+        assert ours(given_record, header) == expected
+    else:
+        with pytest.raises(expected):
+            ours(given_record, header)
