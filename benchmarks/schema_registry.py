@@ -9,7 +9,9 @@ confirmed (``gather``). The difference of the two is the serializer's cost insid
 serializer alone is timed too. The registry is the tests' Apicurio Registry
 (tests/support/schema_registry_server.py; built once into ~/.cache/aiokprod), schema ids
 registered before timing, so no run asks the registry per record. Medians of ``--rounds``,
-wall-clock microseconds per record (one process, the broker a separate one).
+microseconds per record, wall-clock and the client process's CPU (the broker is a separate
+process, so its share of the 2 cores does not count); "added" is the median of each round's
+own difference.
 
 Needs the ``test`` extra (confluent-kafka's schema_registry module, fastavro) and Java + Maven
 for the registry. ``--quick``: a small N, one round.
@@ -53,10 +55,12 @@ def record(i: int) -> dict[str, Any]:
             "sku": f"SKU-{i % 100:04d}", "note": None if i % 3 else "gift"}
 
 
-async def _timed(run: Callable[[], Awaitable[None]], n: int) -> float:
-    started = time.perf_counter()
+async def _timed(run: Callable[[], Awaitable[None]], n: int) -> tuple[float, float]:
+    """Wall and this process's CPU (every thread: confluent-kafka's librdkafka threads too, not
+    the broker's), in us per record."""
+    started, cpu = time.perf_counter(), time.process_time()
     await run()
-    return (time.perf_counter() - started) / n * 1e6
+    return ((time.perf_counter() - started) / n * 1e6, (time.process_time() - cpu) / n * 1e6)
 
 
 async def ours(bootstrap: str, url: str, user_info: str, n: int) -> dict[str, float]:
@@ -80,13 +84,14 @@ async def ours(bootstrap: str, url: str, user_info: str, n: int) -> dict[str, fl
         async def send_raw() -> None:
             await asyncio.gather(*[await raw.send(topic, v) for v in encoded])
         await send_raw()  # warm: metadata, connections
-        result["send() of bytes"] = await _timed(send_raw, n)
+        result["send() of bytes"], result["send() of bytes, CPU"] = await _timed(send_raw, n)
     async with Producer(bootstrap_servers=bootstrap, linger_ms=5,
                         value_serializer=serializer) as producer:
         async def send_avro() -> None:
             await asyncio.gather(*[await producer.send(topic, r) for r in records])
         await send_avro()
-        result["send() through the serializer"] = await _timed(send_avro, n)
+        result["send() through the serializer"], result["send() through the serializer, CPU"] \
+            = await _timed(send_avro, n)
     return result
 
 
@@ -119,9 +124,10 @@ async def confluent(bootstrap: str, url: str, user_info: str, n: int) -> dict[st
             await asyncio.gather(*[await producer.produce(topic, value=await serializer(r, ctx))
                                    for r in records])
         await send_raw()
-        result["send() of bytes"] = await _timed(send_raw, n)
+        result["send() of bytes"], result["send() of bytes, CPU"] = await _timed(send_raw, n)
         await send_avro()
-        result["send() through the serializer"] = await _timed(send_avro, n)
+        result["send() through the serializer"], result["send() through the serializer, CPU"] \
+            = await _timed(send_avro, n)
     finally:
         await producer.close()
     return result
@@ -152,15 +158,19 @@ def main() -> None:
         finally:
             registry.stop()
     print(f"Avro, 10 fields, {args.records} records, median of {args.rounds} rounds, "
-          f"us per record (wall):")
-    print(f"{'':34}" + "".join(f"{name:>22}" for name in rows))
-    for what in ("serializer alone", "send() of bytes", "send() through the serializer"):
-        print(f"{what:34}" + "".join(f"{statistics.median(rows[n][what]):22.2f}"
+          f"us per record (wall, and CPU of the client's process):")
+    print(f"{'':40}" + "".join(f"{name:>22}" for name in rows))
+    for what in ("serializer alone", "send() of bytes", "send() through the serializer",
+                 "send() of bytes, CPU", "send() through the serializer, CPU"):
+        print(f"{what:40}" + "".join(f"{statistics.median(rows[n][what]):22.2f}"
                                      for n in rows))
-    print(f"{'added by the serializer':34}" + "".join(
-        f"{statistics.median(rows[n]['send() through the serializer']) - statistics.median(rows[n]['send() of bytes']):22.2f}"  # noqa: E501
-        for n in rows))
-
+    for unit in ("", ", CPU"):  # the median of each round's own difference
+        added = {n: statistics.median(
+            t - b for t, b in zip(rows[n][f"send() through the serializer{unit}"],
+                                  rows[n][f"send() of bytes{unit}"], strict=True))
+            for n in rows}
+        print(f"{'added by the serializer' + unit:40}" + "".join(
+            f"{added[n]:22.2f}" for n in rows))
 
 if __name__ == "__main__":
     main()
