@@ -23,8 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from aiokprod.network.https_post import display_url
-from aiokprod.schema_registry._http import HttpError, exchange
+from aiokprod.network.http import HttpError, HttpResponse, display_url, exchange
 from aiokprod.schema_registry.errors import SchemaRegistryError
 from aiokprod.schema_registry.schema import RegisteredSchema, Schema, SchemaReference
 
@@ -34,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _RETRIABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# a schema with its references is KiBs; an answer far larger is not a registry's
+MAX_RESPONSE_BYTES = 16 << 20
 
 # configuration names the client takes (confluent-kafka's and Java's, with or without the
 # ``schema.registry.`` prefix Java's serializer configs use) -> the keyword they set
@@ -197,6 +198,18 @@ class SchemaRegistryClient:
         return RegisteredSchema(int(answer["id"]), answer.get("subject", subject),
                                 None if version is None else int(version), schema)
 
+    async def _exchange(self, method: str, url: str, payload: bytes | None) -> HttpResponse:
+        """One exchange, bounded as a whole by ``request.timeout.ms`` (connecting, the TLS
+        handshake, the request and the answer together)."""
+        bound = self._timeout_ms / 1000
+        try:
+            return await asyncio.wait_for(
+                exchange(method, url, payload, self._headers, ssl_context=self._ssl,
+                         connect_timeout_s=bound, read_timeout_s=bound,
+                         max_response_bytes=MAX_RESPONSE_BYTES), bound)
+        except asyncio.TimeoutError:
+            raise HttpError("no answer in time", timed_out=True) from None
+
     async def _request(self, method: str, path: str, body: dict[str, Any] | None
                        ) -> dict[str, Any]:
         """One call: tried on each URL in turn, again after a backoff while nothing answers
@@ -209,11 +222,9 @@ class SchemaRegistryClient:
             shown = display_url(url + path)
             self.requests += 1
             try:
-                response = await exchange(method, url + path, payload, self._headers,
-                                          ssl_context=self._ssl,
-                                          timeout_s=self._timeout_ms / 1000)
+                response = await self._exchange(method, url + path, payload)
             except HttpError as exc:
-                if exc.tls:
+                if exc.tls or exc.too_large:  # the next attempt would get the same
                     raise SchemaRegistryError(f"schema registry {shown}: {exc}") from None
                 last = f"no answer within request.timeout.ms={self._timeout_ms}" \
                     if exc.timed_out else str(exc)
