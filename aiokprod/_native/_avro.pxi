@@ -1,11 +1,15 @@
 # Included by _speedups.pyx (one extension module, its source in files of one job each).
-# -- a flat Avro record (aiokprod.schema_registry.avro_flat's generated encoder's twin) --------
+# Avro's binary format: a flat record from a dict (aiokprod.schema_registry.avro_flat's
+# generated encoder's twin), and records a column at a time from Arrow buffers
+# (aiokprod.schema_registry.avro_columns' NumPy encoder's twin).
+# -- a flat Avro record ------------------------------------------------------------------------
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.float cimport FLT_MAX
 from libc.math cimport isfinite
+from libc.stdint cimport int8_t, int16_t
 
 cdef extern from "Python.h":
     PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
@@ -193,3 +197,193 @@ cdef class FlatAvroEncoder:
         finally:
             if out.on_heap:
                 PyMem_Free(out.data)
+
+
+# -- Avro records a column at a time from Arrow (aiokprod.schema_registry.avro_columns' twin) ----
+
+cdef struct _AvroField:
+    int kind            # the kind numbers above
+    bint nullable       # the union ["null", T]: its branch byte before the value
+    int width           # bytes per value of an int/long column (1, 2, 4 or 8)
+    const uint8_t* valid  # the field's validity bits (NULL: no nulls)
+    const uint8_t* data   # values (booleans: bits), or the string/bytes data
+    _Bin bin            # string/bytes: offsets and data
+    Py_ssize_t off      # the field's row offset into its buffers
+
+
+cdef inline bint _bit(const uint8_t* bits, Py_ssize_t i) noexcept nogil:
+    return (bits[i >> 3] >> (i & 7)) & 1
+
+
+cdef inline int64_t _field_int(const _AvroField* f, Py_ssize_t i) noexcept nogil:
+    if f.width == 8:
+        return (<const int64_t*>f.data)[i]
+    if f.width == 4:
+        return (<const int32_t*>f.data)[i]
+    if f.width == 2:
+        return (<const int16_t*>f.data)[i]
+    return (<const int8_t*>f.data)[i]
+
+
+cdef inline Py_ssize_t _varint_size(uint64_t n) noexcept nogil:
+    cdef Py_ssize_t size = 1
+    while n > 0x7F:
+        n >>= 7
+        size += 1
+    return size
+
+
+cdef inline uint8_t* _write_varint(uint8_t* p, uint64_t n) noexcept nogil:
+    while n > 0x7F:
+        p[0] = <uint8_t>((n & 0x7F) | 0x80)
+        p += 1
+        n >>= 7
+    p[0] = <uint8_t>n
+    return p + 1
+
+
+cdef inline uint64_t _zig(int64_t v) noexcept nogil:
+    return (<uint64_t>v << 1) ^ <uint64_t>(v >> 63)
+
+
+def encode_avro_columns(Py_ssize_t rows, object row_validity, Py_ssize_t row_offset,
+                        bytes header not None, list fields):
+    """Each of ``rows`` struct rows as ``header`` + its Avro record, from the children's Arrow
+    buffers: returns (offsets, data, validity, large) for an Arrow binary array, a null struct
+    row staying null (a tombstone, zero bytes). ``row_validity``/``row_offset``: the struct's
+    own bits (None: no null row). ``fields``: per field (name, kind, nullable, width, validity,
+    data, offsets, offset, large) — ``offsets`` and ``large`` for string/bytes only."""
+    cdef list refs = []
+    cdef Py_ssize_t count = len(fields)
+    cdef _AvroField* specs = <_AvroField*>PyMem_Malloc(max(count, 1) * sizeof(_AvroField))
+    cdef _AvroField* f
+    cdef Py_ssize_t i, j, r, size, total, n, hlen = PyBytes_GET_SIZE(header)
+    cdef const uint8_t* rvalid = NULL
+    cdef const uint8_t* hdata = <const uint8_t*>PyBytes_AS_STRING(header)
+    cdef const uint8_t* text
+    cdef int64_t nulls
+    cdef uint8_t* p
+    cdef bytearray data, offsets_out, validity_out
+    cdef int64_t* o64
+    cdef int32_t* o32
+    cdef uint8_t* vbits
+    cdef bint large, any_null = False
+    cdef double d
+    cdef float fl
+    if specs == NULL:
+        raise MemoryError()
+    try:
+        if rows < 0 or row_offset < 0:
+            raise ValueError("negative row count or offset")
+        if row_validity is not None:
+            rvalid = _pointer(row_validity, refs, (row_offset + rows + 7) >> 3)
+        for j in range(count):
+            name, kind_name, nullable, width, validity, values, offsets, off, large_bin = \
+                fields[j]
+            f = &specs[j]
+            f.kind = _AVRO_KINDS[kind_name]
+            f.nullable = nullable
+            f.width = width
+            f.off = off
+            f.valid = NULL
+            if validity is not None:
+                f.valid = _pointer(validity, refs, (f.off + rows + 7) >> 3)
+            if f.kind == _K_STRING or f.kind == _K_BYTES:
+                _bin_init(&f.bin, (offsets, values, None, off, large_bin), rows, refs)
+                f.data = NULL
+            elif f.kind == _K_BOOLEAN:
+                f.data = _pointer(values, refs, (off + rows + 7) >> 3)
+            elif f.kind == _K_INT or f.kind == _K_LONG or f.kind == _K_DOUBLE \
+                    or f.kind == _K_FLOAT:
+                if f.kind == _K_DOUBLE:
+                    f.width = 8
+                elif f.kind == _K_FLOAT:
+                    f.width = 4
+                elif f.width not in (1, 2, 4, 8):
+                    raise ValueError(f"field {name!r}: integers of {f.width} bytes")
+                text = _pointer(values, refs, (off + rows) * f.width)
+                f.data = text + f.off * f.width
+            else:
+                raise ValueError(f"field {name!r}: kind {kind_name!r} is not encoded here")
+            if f.valid != NULL and not f.nullable:  # nulls in rows that are not null
+                nulls = 0
+                for r in range(rows):
+                    if (rvalid == NULL or _bit(rvalid, row_offset + r)) and \
+                            not _bit(f.valid, off + r):
+                        nulls += 1
+                if nulls:
+                    raise ValueError(f"field {name!r} is not nullable but holds {nulls} nulls")
+        # the size of every row, then each row written in place
+        total = 0
+        offsets_out = bytearray((rows + 1) * 8)
+        o64 = <int64_t*>PyByteArray_AS_STRING(offsets_out)
+        o64[0] = 0
+        for r in range(rows):
+            if rvalid != NULL and not _bit(rvalid, row_offset + r):
+                any_null = True
+                o64[r + 1] = total
+                continue
+            size = hlen
+            for j in range(count):
+                f = &specs[j]
+                if f.valid != NULL and not _bit(f.valid, f.off + r):
+                    size += 1  # the null branch
+                    continue
+                if f.nullable:
+                    size += 1
+                if f.kind == _K_INT or f.kind == _K_LONG:
+                    size += _varint_size(_zig(_field_int(f, r)))
+                elif f.kind == _K_STRING or f.kind == _K_BYTES:
+                    n = _bin_get(&f.bin, r, &text)
+                    size += _varint_size(_zig(n)) + n
+                elif f.kind == _K_BOOLEAN:
+                    size += 1
+                else:
+                    size += f.width
+            total += size
+            o64[r + 1] = total
+        data = bytearray(total)
+        p = <uint8_t*>PyByteArray_AS_STRING(data)
+        for r in range(rows):
+            if o64[r + 1] == o64[r]:
+                continue
+            memcpy(p, hdata, hlen)
+            p += hlen
+            for j in range(count):
+                f = &specs[j]
+                if f.valid != NULL and not _bit(f.valid, f.off + r):
+                    p[0] = 0
+                    p += 1
+                    continue
+                if f.nullable:
+                    p[0] = 2
+                    p += 1
+                if f.kind == _K_INT or f.kind == _K_LONG:
+                    p = _write_varint(p, _zig(_field_int(f, r)))
+                elif f.kind == _K_STRING or f.kind == _K_BYTES:
+                    n = _bin_get(&f.bin, r, &text)
+                    p = _write_varint(p, _zig(n))
+                    memcpy(p, text, n)
+                    p += n
+                elif f.kind == _K_BOOLEAN:
+                    p[0] = _bit(f.data, f.off + r)
+                    p += 1
+                else:
+                    memcpy(p, f.data + r * f.width, f.width)
+                    p += f.width
+        validity_out = None
+        if any_null:
+            validity_out = bytearray((rows + 7) >> 3)
+            vbits = <uint8_t*>PyByteArray_AS_STRING(validity_out)
+            for r in range(rows):
+                if rvalid == NULL or _bit(rvalid, row_offset + r):
+                    vbits[r >> 3] |= <uint8_t>(1 << (r & 7))
+        large = total >= 2147483648
+        if not large:  # int32 offsets, in place
+            o32 = <int32_t*>o64
+            for r in range(rows + 1):
+                o32[r] = <int32_t>o64[r]
+            PyByteArray_Resize(offsets_out, (rows + 1) * 4)
+        return offsets_out, data, validity_out, large
+    finally:
+        PyMem_Free(specs)

@@ -50,3 +50,11 @@ def append_values(buf: bytearray, delta: int, count: int, keys: list[bytes | Non
 class FlatAvroEncoder:
     def __init__(self, fields: tuple[tuple[str, str, int, Any], ...], missing: object) -> None: ...
     def __call__(self, record: Any, header: bytes = b"") -> bytes: ...
+
+def encode_avro_columns(
+    rows: int,
+    row_validity: Any,
+    row_offset: int,
+    header: bytes,
+    fields: list[tuple[str, str, bool, int, Any, Any, Any, int, bool]],
+) -> tuple[bytearray, bytearray, bytearray | None, bool]: ...

@@ -236,3 +236,20 @@ def test_protobuf_message_indexes() -> None:
     # [1] -> count 1, index 1 (zig-zag: 2, 2); [1, 1] -> count 2, then 1, 1
     assert message_indexes(pool.FindMessageTypeByName("p.B")) == b"\x02\x02"
     assert message_indexes(pool.FindMessageTypeByName("p.B.Y")) == b"\x04\x02\x02"
+
+
+def test_column_encoder_keeps_a_batch_of_only_null_rows_null() -> None:
+    # a Spark batch whose struct values are all null (tombstones): the NumPy encoder used to
+    # fail taking row 0 of an empty result
+    pa = pytest.importorskip("pyarrow")
+    from aiokprod.schema_registry.avro_columns import AvroColumnEncoder
+
+    column = pa.StructArray.from_arrays(
+        [pa.array([1, 2], pa.int64()), pa.array(["a", "b"])],
+        fields=[pa.field("id", pa.int64(), False), pa.field("s", pa.string())],
+        mask=pa.array([True, True]))
+    encoder = AvroColumnEncoder(column.type)
+    for encode in (encoder.encode, encoder.encode_numpy):
+        encoded = encode(column, wire_header(3))
+        assert encoded.to_pylist() == [None, None]
+        assert encode(column.slice(1, 0), wire_header(3)).to_pylist() == []
