@@ -9,6 +9,9 @@ topic of one Tansu broker, alternating two contenders each round:
 * ``registry`` — a struct ``value`` of ten fields (long, string, double, int, boolean, string,
   long, float, string, nullable string), written as Avro through the registry
   (``value.schema.registry.url``), the same string key;
+* ``json``     — the struct DataFrame with its value turned into bytes by Spark itself
+  (``to_json``), written as raw bytes: what a job with the same struct rows pays for bytes
+  without a registry;
 * ``floor-raw``, ``floor-struct`` — the same two DataFrames into a Python data source whose
   Arrow writer only counts rows (``benchmarks/spark_sink.py``'s floor): what Spark costs to hand
   each over to Python as Arrow, the ceiling of any Python sink for it.
@@ -88,13 +91,15 @@ def run(args: argparse.Namespace) -> None:
                 "cast(id as string) as key",
                 f"cast(rpad(cast(id as string), {size}, 'x') as binary) as value").cache()
             raw.count()
-            contenders = ["raw", "registry", "floor-raw", "floor-struct"]
+            as_json = structured.selectExpr("key", "cast(to_json(value) as binary) as value")
+            contenders = ["raw", "registry", "json", "floor-raw", "floor-struct"]
             rates: dict[str, list[float]] = {c: [] for c in contenders}
             for round_ in range(args.rounds + 1):
                 shift = round_ % len(contenders)  # each round starts one contender later
                 for contender in contenders[shift:] + contenders[:shift]:
                     topic = f"bench-{contender}-{uuid.uuid4().hex[:8]}"
-                    df = structured if contender in ("registry", "floor-struct") else raw
+                    df = structured if contender in ("registry", "floor-struct") else \
+                        as_json if contender == "json" else raw
                     if contender.startswith("floor"):
                         writer = df.write.format("floor")
                     else:
@@ -120,6 +125,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"\n{args.rows:,} rows, median of {args.rounds} rounds, rows/s:")
     for contender, rate in median.items():
         print(f"  {contender:13} {rate:12,.0f}")
+    print(f"registry / json from the same struct: {median['registry'] / median['json']:.2f}x")
     print(f"registry / raw: {median['registry'] / median['raw']:.2f}x; Spark's own hand-over "
           f"of the struct / of the binary column (floors): "
           f"{median['floor-struct'] / median['floor-raw']:.2f}x")
