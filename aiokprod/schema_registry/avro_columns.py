@@ -2,15 +2,15 @@
 registry path (docs/spark.md, "Schema Registry").
 
 Encoding a Spark row through fastavro costs a Python dict and an object per field; a struct of
-primitive fields can instead be encoded straight from the Arrow buffers, no Python object per
-row. The native extension does it in C (``encode_avro_columns``, 0.2 us a row for ten fields);
-without it, whole-column NumPy operations do (1.1 us). In the NumPy encoder each field becomes one run of bytes per row (its lengths and its bytes back to back): a
-boolean is a byte, ``float``/``double`` their little-endian bytes, ``int``/``long`` zig-zag
-varints (computed as up to ten 7-bit groups per value, masked to each value's length), a
-``string``/``bytes`` its length as a varint and then Arrow's own data buffer, and a nullable
-field the union's branch (0 for null, 1 for the value) in front. The runs are then scattered
-into one buffer, row by row behind the 5-byte Confluent header, and the result is an Arrow
-binary column the sink hands to ``send_columns`` like any value column.
+primitive fields can instead be encoded straight from the Arrow buffers, no Python object per row.
+The native extension does it in C (``encode_avro_columns``, 0.2 us a row for ten fields); without
+it, whole-column NumPy operations do (1.1 us). In the NumPy encoder each field becomes one run of
+bytes per row (its lengths and its bytes back to back): a boolean is a byte, ``float``/``double``
+their little-endian bytes, ``int``/``long`` zig-zag varints (computed as up to ten 7-bit groups per
+value, masked to each value's length), a ``string``/``bytes`` its length as a varint and then
+Arrow's own data buffer, and a nullable field the union's branch (0 for null, 1 for the value) in
+front. The runs are then scattered into one buffer, row by row behind the 5-byte Confluent header,
+and the result is an Arrow binary column the sink hands to ``send_columns`` like any value column.
 
 The Avro schema is derived from the Spark/Arrow struct (``avro_schema_for``) as Spark's own
 ``to_avro`` does: record ``topLevelRecord`` (the ``record.name`` option changes it), a nullable

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokprod import _native
+from aiokprod.records._varint import encode_unsigned_varint
 
 __all__ = ["flat_record_encoder"]
 
@@ -38,14 +39,7 @@ _MISSING = object()
 
 
 def _varint(n: int) -> bytes:
-    if n < 0x4000:
-        return _SMALL[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    return _SMALL[n] if n < 0x4000 else encode_unsigned_varint(n)
 
 
 def _int(value: Any) -> bytes:

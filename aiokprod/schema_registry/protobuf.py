@@ -20,6 +20,7 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
+from aiokprod.records._varint import encode_varint
 from aiokprod.schema_registry.client import SchemaRegistryClient
 from aiokprod.schema_registry.schema import Schema, SchemaReference
 from aiokprod.schema_registry.serializer import RegistrySerializer, SerializerConfig
@@ -48,19 +49,6 @@ def _descriptor_text(file: Any) -> str:
     return base64.standard_b64encode(proto.SerializeToString()).decode("ascii")
 
 
-def _zigzag_varint(value: int) -> bytes:
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def message_indexes(descriptor: Descriptor) -> bytes:
     """The wire format's message indexes of ``descriptor`` in its file."""
     path: list[int] = []
@@ -73,7 +61,7 @@ def message_indexes(descriptor: Descriptor) -> bytes:
     path.reverse()
     if path == [0]:
         return b"\x00"
-    return _zigzag_varint(len(path)) + b"".join(_zigzag_varint(i) for i in path)
+    return encode_varint(len(path)) + b"".join(encode_varint(i) for i in path)
 
 
 class ProtobufSerializer(RegistrySerializer):

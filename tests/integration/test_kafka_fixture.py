@@ -29,7 +29,7 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
     picking a free port and the JVM binding it); the start is retried on fresh ports and
     succeeds. With 3 nodes the others are alive, waiting to see the one that exited: that
     exit must end the attempt (it once waited out the whole bound, then failed)."""
-    real = kafka_cluster._free_ports
+    real = kafka_cluster.free_ports
     picks: list[list[int]] = []
 
     def first_pick_taken(count: int) -> list[int]:
@@ -39,7 +39,7 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
         picks.append(ports)
         return ports
 
-    monkeypatch.setattr(kafka_cluster, "_free_ports", first_pick_taken)
+    monkeypatch.setattr(kafka_cluster, "free_ports", first_pick_taken)
     cluster = KafkaCluster(kafka_jars, brokers=brokers)
     try:
         cluster.start()

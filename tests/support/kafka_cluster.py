@@ -68,6 +68,7 @@ __all__ = [
     "KafkaPartition",
     "SecurityOptions",
     "ensure_kafka_jars",
+    "free_ports",
     "kafka_cache_dir",
     "with_class_archive",
 ]
@@ -208,7 +209,7 @@ def _random_cluster_id() -> str:
             return value
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Distinct free loopback ports (held together while picking, so they differ)."""
     socks = []
     try:
@@ -372,7 +373,7 @@ class KafkaCluster:
         listeners = ["CONTROLLER", "INTERNAL", "PLAINTEXT"]
         if self.security is not None:
             listeners += SECURE_LISTENERS
-        ports = iter(_free_ports(len(listeners) * self.brokers))
+        ports = iter(free_ports(len(listeners) * self.brokers))
         for node_id in range(1, self.brokers + 1):
             node_ports = {name: next(ports) for name in listeners}
             advertised = {name: p for name, p in node_ports.items() if name != "CONTROLLER"}

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "KAFKA_VERSION", "POM", "KafkaJars", "ensure_kafka_jars",
+__all__ = ["CACHE_ENV", "KAFKA_VERSION", "POM", "KafkaJars", "cache_dir", "ensure_kafka_jars",
            "kafka_cache_dir"]
 
 logger = logging.getLogger(__name__)
@@ -55,12 +55,18 @@ class KafkaJars:
 
 def kafka_cache_dir(version: str = KAFKA_VERSION) -> Path:
     """``~/.cache/aiokprod/kafka-<version>`` (or under ``$AIOKPROD_KAFKA_CACHE``)."""
+    return cache_dir(f"kafka-{version}")
+
+
+def cache_dir(name: str) -> Path:
+    """``~/.cache/aiokprod/<name>``: where what the tests build from Maven Central is kept
+    (``$AIOKPROD_KAFKA_CACHE`` moves the root, ``$XDG_CACHE_HOME`` the ``~/.cache``)."""
     root = os.environ.get(CACHE_ENV)
     if root:
-        return Path(root).expanduser() / f"kafka-{version}"
+        return Path(root).expanduser() / name
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "aiokprod" / f"kafka-{version}"
+    return base / "aiokprod" / name
 
 
 def _complete_jars(cache: Path, version: str) -> KafkaJars | None:

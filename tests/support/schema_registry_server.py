@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -30,7 +29,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.kafka_jars import CACHE_ENV, _java_major
+from support.kafka_cluster import free_ports
+from support.kafka_jars import _java_major, cache_dir
 from support.kafka_security import TlsMaterial, make_tls_material
 
 __all__ = ["REGISTRY_VERSION", "RegistryServer", "ensure_registry"]
@@ -41,15 +41,6 @@ _MARKER = ".complete"
 _RUNNER = f"aiokprod-test-registry-{REGISTRY_VERSION}-runner.jar"
 _MAVEN_FLAGS = ["-B", "-q", "-DskipDefault", "-DskipTests", "-Dcheckstyle.skip",
                 "-Dmaven.source.skip", "-Dmaven.javadoc.skip", "-Djacoco.skip", "-Denforcer.skip"]
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV)
-    if root:
-        return Path(root).expanduser() / f"apicurio-registry-{REGISTRY_VERSION}"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "aiokprod" / f"apicurio-registry-{REGISTRY_VERSION}"
 
 
 def _runner(cache: Path) -> Path | None:
@@ -65,7 +56,7 @@ def ensure_registry(*, timeout: float = 1200.0) -> Path | str:
     major = _java_major(java)
     if major is None or major < 17:
         return f"Apicurio Registry needs Java 17+; `{java} -version` says {major or '?'}"
-    cache = _cache_dir()
+    cache = cache_dir(f"apicurio-registry-{REGISTRY_VERSION}")
     found = _runner(cache)
     if found is not None:
         return found
@@ -130,19 +121,6 @@ def _run(argv: list[str], timeout: float, what: str) -> str | None:
     return None
 
 
-def _free_ports(count: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
 @dataclass
 class RegistryServer:
     """One Apicurio Registry JVM: ``url`` (HTTP) and ``tls_url`` (HTTPS), basic auth both."""
@@ -181,7 +159,7 @@ class RegistryServer:
         """Start the JVM and wait (at most ``timeout``) until the registry answers."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.tls = make_tls_material(self.directory / "tls")
-        self.port, self.tls_port = _free_ports(2)
+        self.port, self.tls_port = free_ports(2)
         argv = [
             "java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
             "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
