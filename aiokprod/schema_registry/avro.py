@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from io import BytesIO
 from typing import Any
 
@@ -39,7 +39,49 @@ def _compiled_write_data() -> Any:
 
 _write_data = _compiled_write_data()
 
-__all__ = ["AvroSerializer"]
+__all__ = ["AvroFormat", "AvroSerializer"]
+
+
+class AvroFormat:
+    """Avro's part of a registry serializer (``SchemaFormat``): the parsed schema and the
+    encoder, the flat one where the schema allows it."""
+
+    message_indexes = b""
+
+    def __init__(self, schema: str | Mapping[str, Any]) -> None:
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        self.record_name = _full_name(json.loads(text))
+        self.use_schema(Schema(text, "AVRO"))
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    def use_schema(self, schema: Schema) -> None:
+        document = json.loads(schema.schema_str)
+        self._schema = schema
+        self._named: dict[str, Any] = {}
+        self._parsed = parse_schema(document, named_schemas=self._named)
+        self._options: dict[str, Any] = {}
+        # a record of primitive fields: its flat encoder (aiokprod.schema_registry.avro_flat,
+        # native or generated); else fastavro's
+        self.flat = flat_record_encoder(document)
+        self.encoder: Callable[[Any, bytes], bytes] = self.flat if self.flat is not None \
+            else self._fastavro
+
+    async def schema_to_register(self, client: SchemaRegistryClient, normalize: bool
+                                 ) -> Schema:
+        return self._schema
+
+    def _fastavro(self, obj: Any, header: bytes) -> bytes:
+        if _write_data is not None:
+            out = bytearray(header)
+            _write_data(out, obj, self._parsed, self._named, "", self._options)
+            return bytes(out)
+        stream = BytesIO(header)
+        stream.seek(len(header))
+        schemaless_writer(stream, self._parsed, obj)
+        return stream.getvalue()
 
 
 class AvroSerializer(RegistrySerializer):
@@ -53,41 +95,8 @@ class AvroSerializer(RegistrySerializer):
     def __init__(self, client: SchemaRegistryClient, schema: str | Mapping[str, Any], *,
                  is_key: bool = False, config: SerializerConfig | None = None,
                  options: Mapping[str, Any] | None = None) -> None:
-        text = schema if isinstance(schema, str) else json.dumps(schema)
-        parsed_json = json.loads(text)
-        super().__init__(client, Schema(text, "AVRO"), _full_name(parsed_json),
-                         is_key=is_key, config=config, options=options)
-        self._use_schema(self.schema)
-
-    def _use_schema(self, schema: Schema) -> None:
-        document = json.loads(schema.schema_str)
-        self._named: dict[str, Any] = {}
-        self._parsed = parse_schema(document, named_schemas=self._named)
-        self._options: dict[str, Any] = {}
-        # a record of primitive fields: one generated function (aiokprod.schema_registry.
-        # avro_flat), half fastavro's cost; else fastavro's encoder
-        self._flat = flat_record_encoder(document)
-
-    def serialize_to_topic(self, topic: str, obj: Any, /) -> bytes | None:
-        header = self._headers.get(topic)
-        if header is None or obj is None:
-            return super().serialize_to_topic(topic, obj)
-        flat = self._flat
-        if flat is not None:
-            return flat(obj, header)
-        return self._encode(header, obj)
-
-    def _encode(self, header: bytes, obj: Any) -> bytes:
-        if self._flat is not None:
-            return self._flat(obj, header)
-        if _write_data is not None:
-            out = bytearray(header)
-            _write_data(out, obj, self._parsed, self._named, "", self._options)
-            return bytes(out)
-        stream = BytesIO(header)
-        stream.seek(len(header))
-        schemaless_writer(stream, self._parsed, obj)
-        return stream.getvalue()
+        super().__init__(client, AvroFormat(schema), is_key=is_key, config=config,
+                         options=options)
 
 
 def _full_name(schema: Any) -> str | None:

@@ -8,7 +8,7 @@ validator for the schema's ``$schema`` draft, compiled once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokprod.schema_registry.client import SchemaRegistryClient
@@ -21,39 +21,54 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("aiokprod.schema_registry.json_schema needs jsonschema: "
                       "pip install 'aiokprod[jsonschema]'") from exc
 
-__all__ = ["JsonSchemaSerializer"]
+__all__ = ["JsonSchemaFormat", "JsonSchemaSerializer"]
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
-class JsonSchemaSerializer(RegistrySerializer):
-    """Serializes JSON documents with a JSON Schema registered in a Schema Registry.
+class JsonSchemaFormat:
+    """JSON Schema's part of a registry serializer (``SchemaFormat``): the compiled validator
+    and compact JSON. The record name the record strategies use is the schema's ``title``."""
 
-    The record name the record strategies use is the schema's ``title``.
-    """
+    message_indexes = b""
+
+    def __init__(self, schema: str | Mapping[str, Any], *, validate: bool = True) -> None:
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        document = json.loads(text)
+        title = document.get("title") if isinstance(document, dict) else None
+        self.record_name = None if title is None else str(title)
+        self._validate = validate
+        self.encoder: Callable[[Any, bytes], bytes] = self._encode
+        self.use_schema(Schema(text, "JSON"))
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    def use_schema(self, schema: Schema) -> None:
+        document = json.loads(schema.schema_str)
+        cls = validator_for(document)
+        cls.check_schema(document)
+        self._schema = schema
+        self._validator = cls(document)
+
+    async def schema_to_register(self, client: SchemaRegistryClient, normalize: bool
+                                 ) -> Schema:
+        return self._schema
+
+    def _encode(self, obj: Any, header: bytes) -> bytes:
+        if self._validate:
+            self._validator.validate(obj)
+        return header + _encoder.encode(obj).encode()
+
+
+class JsonSchemaSerializer(RegistrySerializer):
+    """Serializes JSON documents with a JSON Schema registered in a Schema Registry
+    (``validate=False`` skips the check against the schema)."""
 
     def __init__(self, client: SchemaRegistryClient, schema: str | Mapping[str, Any], *,
                  is_key: bool = False, validate: bool = True,
                  config: SerializerConfig | None = None,
                  options: Mapping[str, Any] | None = None) -> None:
-        text = schema if isinstance(schema, str) else json.dumps(schema)
-        document = json.loads(text)
-        title = document.get("title") if isinstance(document, dict) else None
-        super().__init__(client, Schema(text, "JSON"), None if title is None else str(title),
-                         is_key=is_key, config=config, options=options)
-        self._validate = validate
-        self._validator = self._compile(document)
-
-    @staticmethod
-    def _compile(document: Any) -> Any:
-        cls = validator_for(document)
-        cls.check_schema(document)
-        return cls(document)
-
-    def _use_schema(self, schema: Schema) -> None:
-        self._validator = self._compile(json.loads(schema.schema_str))
-
-    def _encode(self, header: bytes, obj: Any) -> bytes:
-        if self._validate:
-            self._validator.validate(obj)
-        return header + _encoder.encode(obj).encode()
+        super().__init__(client, JsonSchemaFormat(schema, validate=validate), is_key=is_key,
+                         config=config, options=options)

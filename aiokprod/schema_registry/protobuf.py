@@ -17,7 +17,7 @@ subject and version; Google's and Confluent's own files (``google/protobuf/``,
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokprod.records._varint import encode_varint
@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError("aiokprod.schema_registry.protobuf needs protobuf: "
                       "pip install 'aiokprod[protobuf]'") from exc
 
-__all__ = ["ProtobufSerializer", "is_builtin", "message_indexes"]
+__all__ = ["ProtobufFormat", "ProtobufSerializer", "is_builtin", "message_indexes"]
 
 _BUILTIN_PREFIXES = ("google/protobuf/", "google/type/", "confluent/")
 
@@ -64,51 +64,68 @@ def message_indexes(descriptor: Descriptor) -> bytes:
     return encode_varint(len(path)) + b"".join(encode_varint(i) for i in path)
 
 
-class ProtobufSerializer(RegistrySerializer):
-    """Serializes instances of ``message_type`` with its ``.proto`` registered in a Schema
-    Registry; the record name the record strategies use is the message's full name."""
+class ProtobufFormat:
+    """Protobuf's part of a registry serializer (``SchemaFormat``): the message class, its
+    message indexes and the imported files to register as references; the record name the
+    record strategies use is the message's full name."""
 
-    def __init__(self, client: SchemaRegistryClient, message_type: type[Message], *,
-                 schema: str | None = None, is_key: bool = False,
-                 config: SerializerConfig | None = None,
-                 options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, message_type: type[Message], *, schema: str | None = None) -> None:
         descriptor: Descriptor = message_type.DESCRIPTOR
         file = descriptor.file
         imported = [d.name for d in file.dependencies if not is_builtin(d.name)]
         if schema is not None and imported:
             raise ValueError(f"{file.name} imports {imported}: give no schema text, so that "
                              f"they are registered from the descriptors as references")
-        super().__init__(client, Schema(schema or _descriptor_text(file), "PROTOBUF"),
-                         descriptor.full_name, is_key=is_key, config=config, options=options)
+        self._schema = Schema(schema or _descriptor_text(file), "PROTOBUF")
+        self.record_name: str | None = descriptor.full_name
+        self.message_indexes = message_indexes(descriptor)
+        self.encoder: Callable[[Any, bytes], bytes] = self._encode
         self._type = message_type
-        self._indexes = message_indexes(descriptor)
         self._file = file
         self._references_done = not imported
 
-    async def _resolve(self, topic: str) -> int:
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    def use_schema(self, schema: Schema) -> None:
+        """The message class writes itself: the latest version's text changes nothing here."""
+
+    async def schema_to_register(self, client: SchemaRegistryClient, normalize: bool
+                                 ) -> Schema:
         if not self._references_done:
-            references = [await self._register_file(d) for d in self._file.dependencies
-                          if not is_builtin(d.name)]
+            references = [await self._register_file(client, d, normalize)
+                          for d in self._file.dependencies if not is_builtin(d.name)]
             self._schema = Schema(self._schema.schema_str, "PROTOBUF", tuple(references))
             self._references_done = True
-        return await super()._resolve(topic)
+        return self._schema
 
-    async def _register_file(self, file: Any) -> SchemaReference:
+    async def _register_file(self, client: SchemaRegistryClient, file: Any, normalize: bool
+                             ) -> SchemaReference:
         """Register an imported file (its own imports first) under its name; the reference."""
-        references = tuple([await self._register_file(d) for d in file.dependencies
-                            if not is_builtin(d.name)])
+        references = tuple([await self._register_file(client, d, normalize)
+                            for d in file.dependencies if not is_builtin(d.name)])
         schema = Schema(_descriptor_text(file), "PROTOBUF", references)
-        await self._client.register(file.name, schema, normalize=self._config.normalize_schemas)
-        found = await self._client.lookup(file.name, schema)
+        await client.register(file.name, schema, normalize=normalize)
+        found = await client.lookup(file.name, schema)
         assert found.version is not None
         return SchemaReference(file.name, file.name, found.version)
 
-    def _message_indexes(self) -> bytes:
-        return self._indexes
-
-    def _encode(self, header: bytes, obj: Any) -> bytes:
+    def _encode(self, obj: Any, header: bytes) -> bytes:
         if type(obj) is not self._type:
             raise TypeError(f"expected a {self._type.__name__} message, got "
                             f"{type(obj).__name__}")
         payload: bytes = obj.SerializeToString()
         return header + payload
+
+
+class ProtobufSerializer(RegistrySerializer):
+    """Serializes instances of ``message_type`` with its ``.proto`` registered in a Schema
+    Registry (``schema``: the ``.proto`` text to register instead of the descriptor)."""
+
+    def __init__(self, client: SchemaRegistryClient, message_type: type[Message], *,
+                 schema: str | None = None, is_key: bool = False,
+                 config: SerializerConfig | None = None,
+                 options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(client, ProtobufFormat(message_type, schema=schema), is_key=is_key,
+                         config=config, options=options)

@@ -1,5 +1,5 @@
-"""What the three formats' serializers share: the subject, the schema id's cache and the
-Confluent wire format's header.
+"""A registry-backed serializer: the subject, the schema id's cache and the Confluent wire
+format's header, given one format (``SchemaFormat``) that writes the payload.
 
 The wire format: a magic byte 0, the schema's global id as 4 bytes big-endian, then the
 payload (Protobuf puts its message indexes before it). The header of a topic is computed once,
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiokprod.hooks import SerializerNotReady
 from aiokprod.schema_registry.client import SchemaRegistryClient
 from aiokprod.schema_registry.schema import Schema
 from aiokprod.schema_registry.subjects import SubjectNameStrategy, parse_strategy, subject_name
 
-__all__ = ["MAGIC_BYTE", "RegistrySerializer", "SerializerConfig", "wire_header"]
+__all__ = ["MAGIC_BYTE", "RegistrySerializer", "SchemaFormat", "SerializerConfig", "wire_header"]
 
 MAGIC_BYTE = 0
 _HEADER = struct.Struct(">bI")
@@ -90,18 +90,51 @@ class SerializerConfig:
         return cls(**kwargs)
 
 
-class RegistrySerializer:
-    """A registry-backed serializer for ``Producer(key_serializer=..., value_serializer=...)``;
-    one format's subclass supplies ``_encode`` and what its schema is named."""
+class SchemaFormat(Protocol):
+    """One format's part of a registry serializer: its schema and how a record is written.
 
-    def __init__(self, client: SchemaRegistryClient, schema: Schema, record_name: str | None,
-                 *, is_key: bool, config: SerializerConfig | None,
-                 options: Mapping[str, Any] | None) -> None:
+    ``AvroFormat``, ``JsonSchemaFormat`` and ``ProtobufFormat`` (one module each, each needing
+    only its own extra) are the three; ``RegistrySerializer`` is given one and keeps the rest
+    (subjects, schema ids, the per-topic header, the first record's wait) in one place.
+    """
+
+    #: the record name the record strategies use (Avro's full name, JSON Schema's title,
+    #: Protobuf's message full name), or None
+    record_name: str | None
+    #: what follows the 5-byte header before the payload (Protobuf's message indexes)
+    message_indexes: bytes
+    #: ``encoder(obj, header)``: ``header`` then ``obj``'s payload; the per-record call
+    encoder: Callable[[Any, bytes], bytes]
+
+    @property
+    def schema(self) -> Schema:
+        """The schema this serializer writes with (and registers)."""
+
+    def use_schema(self, schema: Schema) -> None:
+        """Write with ``schema`` from now on (the subject's latest, ``use.latest.version``);
+        ``encoder`` may change."""
+
+    async def schema_to_register(self, client: SchemaRegistryClient, normalize: bool
+                                 ) -> Schema:
+        """``schema`` as registered or looked up: Protobuf registers its imports first and
+        names them as references; the others return ``schema``."""
+
+
+class RegistrySerializer:
+    """A registry-backed serializer for ``Producer(key_serializer=..., value_serializer=...)``,
+    given its ``SchemaFormat``. ``AvroSerializer``, ``JsonSchemaSerializer`` and
+    ``ProtobufSerializer`` make one with their format; the rest is here.
+    """
+
+    def __init__(self, client: SchemaRegistryClient, schema_format: SchemaFormat, *,
+                 is_key: bool = False, config: SerializerConfig | None = None,
+                 options: Mapping[str, Any] | None = None) -> None:
         if config is not None and options:
             raise ValueError("give config or options, not both")
         self._client = client
-        self._schema = schema
-        self._record_name = record_name
+        self._format = schema_format
+        # the per-record call, read from the format once (and again after use_schema)
+        self._encode = schema_format.encoder
         self._is_key = is_key
         self._config = config if config is not None else \
             SerializerConfig.from_options(options or {}, is_key=is_key)
@@ -111,7 +144,11 @@ class RegistrySerializer:
 
     @property
     def schema(self) -> Schema:
-        return self._schema
+        return self._format.schema
+
+    @property
+    def format(self) -> SchemaFormat:
+        return self._format
 
     @property
     def config(self) -> SerializerConfig:
@@ -125,7 +162,7 @@ class RegistrySerializer:
     def subject(self, topic: str) -> str:
         """The registry subject of this serializer's records in ``topic``."""
         return subject_name(self._config.subject_name_strategy, topic, self._is_key,
-                            self._record_name)
+                            self._format.record_name)
 
     def __call__(self, obj: Any, /) -> bytes | None:
         """Refused: the subject is named after the topic, which ``serialize_to_topic`` gets
@@ -136,22 +173,12 @@ class RegistrySerializer:
     def serialize_to_topic(self, topic: str, obj: Any, /) -> bytes | None:
         """``obj`` in the wire format, or ``SerializerNotReady`` for a topic whose schema id is
         not known yet (``None`` stays ``None``: a tombstone)."""
-        if obj is None:
-            return None
         header = self._headers.get(topic)
-        if header is None:
+        if header is None or obj is None:
+            if obj is None:
+                return None
             raise self._not_ready(topic)
-        return self._encode(header, obj)
-
-    def _encode(self, header: bytes, obj: Any) -> bytes:
-        raise NotImplementedError
-
-    def _message_indexes(self) -> bytes:
-        """What follows the 5-byte header before the payload (Protobuf's message indexes)."""
-        return b""
-
-    def _use_schema(self, schema: Schema) -> None:
-        """Serialize with ``schema`` (the subject's latest version, ``use.latest.version``)."""
+        return self._encode(obj, header)
 
     async def prepare(self, topic: str) -> int:
         """Find (or register) this serializer's schema id for ``topic`` now; the id."""
@@ -185,13 +212,16 @@ class RegistrySerializer:
         client = self._client
         if cfg.use_latest_version:
             latest = await client.latest_version(subject)
-            self._use_schema(latest.schema)
+            self._format.use_schema(latest.schema)
+            self._encode = self._format.encoder
             schema_id = latest.schema_id
-        elif cfg.auto_register_schemas:
-            schema_id = await client.register(subject, self._schema,
-                                              normalize=cfg.normalize_schemas)
         else:
-            schema_id = (await client.lookup(subject, self._schema,
-                                             normalize=cfg.normalize_schemas)).schema_id
-        self._headers[topic] = wire_header(schema_id) + self._message_indexes()
+            schema = await self._format.schema_to_register(client, cfg.normalize_schemas)
+            if cfg.auto_register_schemas:
+                schema_id = await client.register(subject, schema,
+                                                  normalize=cfg.normalize_schemas)
+            else:
+                schema_id = (await client.lookup(subject, schema,
+                                                 normalize=cfg.normalize_schemas)).schema_id
+        self._headers[topic] = wire_header(schema_id) + self._format.message_indexes
         return schema_id

@@ -87,7 +87,7 @@ def test_client_options_take_confluent_and_java_names() -> None:
 
 
 def _ready(serializer: Any, topic: str, schema_id: int) -> None:
-    serializer._headers[topic] = wire_header(schema_id) + serializer._message_indexes()
+    serializer._headers[topic] = wire_header(schema_id) + serializer.format.message_indexes
 
 
 def test_avro_encodes_as_fastavro_reads_and_needs_the_topic() -> None:
@@ -99,7 +99,7 @@ def test_avro_encodes_as_fastavro_reads_and_needs_the_topic() -> None:
     _ready(serializer, "t", 7)
     fast = serializer.serialize_to_topic("t", record)
     assert fast is not None and fast[:5] == wire_header(7)
-    assert serializer._encode(wire_header(7), record) == fast
+    assert serializer.format.encoder(record, wire_header(7)) == fast
     parsed = fastavro.parse_schema(ORDER)
     assert fastavro.schemaless_reader(io.BytesIO(fast[5:]), parsed) == record
     assert serializer.serialize_to_topic("t", None) is None
@@ -120,7 +120,7 @@ def test_avro_fallback_is_schemaless_writer(monkeypatch: pytest.MonkeyPatch) -> 
     from aiokprod.schema_registry import avro
 
     serializer = avro.AvroSerializer(SchemaRegistryClient("http://127.0.0.1:1"), NESTED)
-    assert serializer._flat is None
+    assert serializer.format.flat is None
     _ready(serializer, "t", 3)
     record = {"id": 1, "items": ["a", "ä"]}
     compiled = serializer.serialize_to_topic("t", record)
