@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CACHE_ENV", "KAFKA_VERSION", "POM", "KafkaJars", "cache_dir", "ensure_kafka_jars",
-           "kafka_cache_dir"]
+           "java_17_missing", "kafka_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,18 @@ def _complete_jars(cache: Path, version: str) -> KafkaJars | None:
     return KafkaJars(version, libs, jars)
 
 
+def java_17_missing(tests: str, program: str) -> str | None:
+    """Why ``program`` cannot run here (no ``java`` on PATH, or one older than 17), naming the
+    ``tests`` that need it; None when Java 17+ is there."""
+    java = shutil.which("java")
+    if java is None:
+        return f"{tests} need Java 17+: `java` is not on PATH"
+    major = _java_major(java)
+    if major is None or major < 17:
+        return f"{program} needs Java 17+; `{java} -version` says {major or '?'}"
+    return None
+
+
 def _java_major(java: str) -> int | None:
     """The major version ``java -version`` reports (8 for "1.8.0_x"), None if unreadable."""
     try:
@@ -100,12 +112,9 @@ def ensure_kafka_jars(*, version: str = KAFKA_VERSION, timeout: float = 900.0) -
     test runs wait for one resolution instead of racing Maven into the same directory. A
     resolution that fails or is interrupted leaves no marker, so the next run starts over.
     """
-    java = shutil.which("java")
-    if java is None:
-        return "Apache Kafka tests need Java 17+: `java` is not on PATH"
-    major = _java_major(java)
-    if major is None or major < 17:
-        return f"Apache Kafka {version} needs Java 17+; `{java} -version` says {major or '?'}"
+    missing = java_17_missing("Apache Kafka tests", f"Apache Kafka {version}")
+    if missing is not None:
+        return missing
     cache = kafka_cache_dir(version)
     found = _complete_jars(cache, version)
     if found is not None:

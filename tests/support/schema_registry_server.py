@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.kafka_cluster import free_ports
-from support.kafka_jars import _java_major, cache_dir
+from support.kafka_jars import cache_dir, java_17_missing
 from support.kafka_security import TlsMaterial, make_tls_material
 
 __all__ = ["REGISTRY_VERSION", "RegistryServer", "ensure_registry"]
@@ -50,12 +50,9 @@ def _runner(cache: Path) -> Path | None:
 
 def ensure_registry(*, timeout: float = 1200.0) -> Path | str:
     """The registry's runnable jar, built once into the cache; a reason string if impossible."""
-    java = shutil.which("java")
-    if java is None:
-        return "Schema Registry tests need Java 17+: `java` is not on PATH"
-    major = _java_major(java)
-    if major is None or major < 17:
-        return f"Apicurio Registry needs Java 17+; `{java} -version` says {major or '?'}"
+    missing = java_17_missing("Schema Registry tests", "Apicurio Registry")
+    if missing is not None:
+        return missing
     cache = cache_dir(f"apicurio-registry-{REGISTRY_VERSION}")
     found = _runner(cache)
     if found is not None:
