@@ -38,7 +38,6 @@ from aiokprod.errors import (
     ProducerClosedError,
     ProducerFencedError,
     RecordTooLargeError,
-    SerializationError,
 )
 from aiokprod.hooks import Headers, Serializer, SerializerNotReady
 from aiokprod.metrics import ProducerMetrics
@@ -56,14 +55,14 @@ from aiokprod.producer.front.columnar_send import (
     RowStampedDelivery,
     column_runs,
 )
-from aiokprod.producer.front.send_many import bulk_bytes, check_bulk_sizes, group_by_partitioner
+from aiokprod.producer.front.send_many import check_bulk_sizes, group_by_partitioner
 from aiokprod.producer.front.sender_turns import SenderTurns
 from aiokprod.producer.front.serializing import (
-    READY_ROUNDS,
     TopicSerialize,
-    await_ready,
+    bulk_bytes,
     serialize,
     topic_serialize,
+    when_ready,
 )
 from aiokprod.producer.front.transaction_api import TransactionalApi, send_refused
 from aiokprod.producer.front.validation import (
@@ -473,8 +472,10 @@ class Producer:
             except SerializerNotReady as not_ready:
                 # a serializer's first record for this topic: await its set-up (a schema's
                 # registration), then serialize again; nothing of the record is queued yet
-                key_bytes, value_bytes = await self._serialize_when_ready(
-                    not_ready, topic, key, value)
+                key_bytes, value_bytes = await when_ready(topic, lambda: (
+                    serialize(topic, key, self._key_serializer, "key", self._key_to_topic),
+                    serialize(topic, value, self._value_serializer, "value",
+                              self._value_to_topic)), not_ready)
             if headers is not None:
                 headers = check_headers(headers)
             if timestamp_ms is None:  # inline: the call cost as much as reading the clock
@@ -648,21 +649,6 @@ class Producer:
         return IllegalStateError("the producer is not started: call `await producer.start()` "
                                  "or use `async with Producer(...)`")
 
-    async def _serialize_when_ready(self, not_ready: SerializerNotReady, topic: str, key: Any,
-                                    value: Any) -> tuple[bytes | None, bytes | None]:
-        """Key and value as bytes once the serializer that raised ``not_ready`` is ready; a key
-        and a value serializer may each need one wait."""
-        for _ in range(READY_ROUNDS):
-            await await_ready(not_ready, topic)
-            try:
-                return (serialize(topic, key, self._key_serializer, "key", self._key_to_topic),
-                        serialize(topic, value, self._value_serializer, "value",
-                                  self._value_to_topic))
-            except SerializerNotReady as again:
-                not_ready = again
-        raise SerializationError(f"serializer still not ready for topic {topic!r} after "
-                                 f"{READY_ROUNDS} waits: {not_ready}")
-
     def _sending_parts(self) -> tuple[RecordAccumulator, Sender]:
         """The accumulator and sender, or the error that says why nothing can be sent now."""
         acc, sender = self._acc, self._sender
@@ -788,18 +774,17 @@ class Producer:
             raise ValueError("send_many() does not run interceptors; use send() per record "
                              "with interceptors configured")
         key_list = None if keys is None else list(keys)  # ours: bulk_bytes may change it
-        for _ in range(READY_ROUNDS):
-            try:
-                vals = bulk_bytes(topic, values, self._value_serializer, "value",
-                                  self._value_to_topic)
-                ks = None if key_list is None else bulk_bytes(
-                    topic, key_list, self._key_serializer, "key", self._key_to_topic)
-                break
-            except SerializerNotReady as not_ready:
-                await await_ready(not_ready, topic)  # a serializer's first records for topic
-        else:
-            raise SerializationError(f"serializer still not ready for topic {topic!r} after "
-                                     f"{READY_ROUNDS} waits")
+
+        def as_bytes() -> tuple[list[bytes | None], list[bytes | None] | None]:
+            return (bulk_bytes(topic, values, self._value_serializer, "value",
+                               self._value_to_topic),
+                    None if key_list is None else bulk_bytes(
+                        topic, key_list, self._key_serializer, "key", self._key_to_topic))
+
+        try:
+            vals, ks = as_bytes()
+        except SerializerNotReady as not_ready:  # a serializer's first records for topic
+            vals, ks = await when_ready(topic, as_bytes, not_ready)
         n = len(vals)
         if ks is not None and len(ks) != n:
             raise ValueError(f"send_many got {len(ks)} keys for {n} values")

@@ -75,3 +75,36 @@ async def test_a_failed_set_up_fails_the_send_and_the_next_send_tries_again(
     # nothing of the failed sends was queued
     assert [r.value for r in read_back(tansu.bootstrap, topic, expected=1, settle=0.5)] == \
         [f"{topic}:3".encode()]
+
+
+class NeverReady:
+    """Says it is not ready every time, with a gate that is already open: a serializer whose
+    set-up never takes. The producer must give up after a bounded number of waits."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, obj: Any, /) -> bytes | None:
+        if obj is None:
+            return None
+        self.calls += 1
+        gate = asyncio.get_running_loop().create_future()
+        gate.set_result(None)
+        raise SerializerNotReady("schema not registered yet", gate)
+
+
+async def test_a_serializer_never_ready_fails_the_call_after_a_bounded_number_of_waits(
+        tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
+    topic = new_topic()
+    serializer = NeverReady()
+    async with Producer(bootstrap_servers=tansu.bootstrap,
+                        key_serializer=serializer) as producer:
+        with pytest.raises(SerializationError, match="still not ready .* after 4 waits"):
+            await producer.send(topic, b"v", key=1)
+        assert serializer.calls == 5  # the first call, then once after each wait
+        with pytest.raises(SerializationError, match="still not ready .* after 4 waits"):
+            await producer.send_many(topic, [b"v"], keys=[1])
+        assert serializer.calls == 10
+        await (await producer.send(topic, b"plain"))  # the producer still works
+    assert [r.value for r in read_back(tansu.bootstrap, topic, expected=1, settle=0.5)] == \
+        [b"plain"]

@@ -1,6 +1,6 @@
-"""What ``Producer.send_many`` does to a call's records before they are queued: bytes for
-every key and value, a size check over all of them, and (with a custom partitioner) the
-grouping by partition.
+"""What ``Producer.send_many`` does to a call's records before they are queued, once they are
+bytes (``serializing.bulk_bytes``): a size check over all of them and (with a custom
+partitioner) the grouping by partition.
 
 The bulk path's checks run once per call, not once per record, so each of these is one pass
 over the call's lists (in C where the native extension has it: ``longest_bytes``,
@@ -11,18 +11,14 @@ into batches (``Producer._append_runs``, bookkeeping in ``bulk``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from aiokprod._murmur2 import KeyGroups, groups_in_runs
-from aiokprod.errors import RecordTooLargeError, SerializationError
-from aiokprod.hooks import Serializer, SerializerNotReady
+from aiokprod.errors import RecordTooLargeError
 from aiokprod.network.metadata import TopicMetadata
 from aiokprod.producer.batching.accumulator import estimate_record_size
-from aiokprod.producer.front.serializing import TopicSerialize
-from aiokprod.producer.front.validation import BYTES_LIKE
 from aiokprod.records.record_encoding import longest_bytes
 
-__all__ = ["bulk_bytes", "check_bulk_sizes", "group_by_partitioner"]
+__all__ = ["check_bulk_sizes", "group_by_partitioner"]
 
 
 def group_by_partitioner(choose: Callable[..., int], topic: str, ks: list[bytes | None],
@@ -34,33 +30,6 @@ def group_by_partitioner(choose: Callable[..., int], topic: str, ks: list[bytes 
     for i, (k, v) in enumerate(zip(ks, vals, strict=True)):
         by_partition.setdefault(choose(topic, k, v, ids, available), []).append(i)
     return groups_in_runs(by_partition, ks, vals)
-
-
-def bulk_bytes(topic: str, items: list[Any], serializer: Serializer | None, what: str,
-               to_topic: TopicSerialize | None) -> list[bytes | None]:
-    """The items as bytes or None. ``items`` is a list of the caller's own: it may be changed
-    in place, but only once the serializer has answered for every item, so after a
-    ``SerializerNotReady`` it is as it was and the call can be made again."""
-    data = items
-    if serializer is None and longest_bytes(data) >= 0:
-        return data  # all bytes or None already: one scan, in C on the native path
-    if serializer is not None:
-        try:
-            data = [serializer(x) for x in data] if to_topic is None else \
-                [to_topic(topic, x) for x in data]
-        except SerializerNotReady:
-            raise
-        except Exception as exc:
-            raise SerializationError(
-                f"{what}_serializer failed for topic {topic!r}: {exc!r}") from exc
-    for i, x in enumerate(data):
-        if x is not None and type(x) is not bytes:
-            if isinstance(x, BYTES_LIKE):
-                data[i] = bytes(x)
-                continue
-            raise TypeError(f"{what}s[{i}] must be bytes or None (got {type(x).__name__}); "
-                            f"configure {what}_serializer to send other types")
-    return data
 
 
 def check_bulk_sizes(vals: list[bytes | None], keys: list[bytes | None] | None,
