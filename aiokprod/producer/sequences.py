@@ -54,14 +54,15 @@ DEFAULT_IN_FLIGHT_LIMIT = 5
 LEADER_STATE_IDLE_S = 1.0
 
 
-def _check_sequence(seq: int) -> None:
-    if not 0 <= seq <= MAX_SEQUENCE:
-        raise ValueError(f"sequence must be within 0..{MAX_SEQUENCE}, got {seq}")
+def _out_of_range(seq: int) -> ValueError:
+    return ValueError(f"sequence must be within 0..{MAX_SEQUENCE}, got {seq}")
 
 
+# The range checks are inline: these run several times per batch.
 def increment_sequence(seq: int, n: int) -> int:
     """``seq + n`` in sequence space: past 2**31-1 it continues at 0, as the broker expects."""
-    _check_sequence(seq)
+    if not 0 <= seq <= MAX_SEQUENCE:
+        raise _out_of_range(seq)
     if n < 0:
         raise ValueError(f"a sequence only moves forward, got increment {n}")
     return (seq + n) % _SEQUENCE_SPACE
@@ -76,8 +77,10 @@ def last_sequence(base_sequence: int, record_count: int) -> int:
 
 def sequence_distance(start: int, end: int) -> int:
     """How many increments lead from ``start`` to ``end``, going forward through the wrap."""
-    _check_sequence(start)
-    _check_sequence(end)
+    if not 0 <= start <= MAX_SEQUENCE:
+        raise _out_of_range(start)
+    if not 0 <= end <= MAX_SEQUENCE:
+        raise _out_of_range(end)
     return (end - start) % _SEQUENCE_SPACE
 
 

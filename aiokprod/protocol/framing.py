@@ -40,7 +40,7 @@ def encode_request(
     out: list[Chunk] = [b""]
     header.write(out, request.header_version(version))
     request.write(out, version)
-    out[0] = INT32.pack(sum(len(chunk) for chunk in out))
+    out[0] = INT32.pack(sum(map(len, out)))
     return b"".join(out)
 
 

@@ -116,7 +116,8 @@ class RecordBatchBuilder:
             raise ValueError(
                 f"write_limit {write_limit} is smaller than the {HEADER_SIZE}-byte header"
             )
-        compression = CompressionType(compression)
+        if type(compression) is not CompressionType:  # a batch per call: skip the enum's call
+            compression = CompressionType(compression)
         # The bytes the records are written into, header placeholder first.
         del buffer[HEADER_SIZE:]
         if len(buffer) < HEADER_SIZE:

@@ -71,17 +71,21 @@ class BatchOutcomes:
         if metrics is None:
             return
         records = size = 0
+        record_batch_sent = metrics.record_batch_sent
         for batch in batches:
-            records += batch.record_count
-            size += batch.size_in_bytes
+            builder = batch.builder
+            count = builder.record_count
+            nbytes = batch.size_in_bytes
+            records += count
+            size += nbytes
             # every batch a request carries, first attempt, split part or retry alike (Java's
             # per-request metrics update): batch-size, record-size and records-per-request
             # describe what went on the wire
-            metrics.record_batch_sent(
-                batch.topic, record_count=batch.record_count, size_bytes=batch.size_in_bytes,
-                compression_ratio=batch.builder.observed_ratio or 1.0,
+            record_batch_sent(
+                batch.owner.topic, record_count=count, size_bytes=nbytes,
+                compression_ratio=builder.observed_ratio or 1.0,
                 # per batch, not per record: the largest record the batch holds
-                max_record_bytes=batch.builder.max_record_size,
+                max_record_bytes=builder.max_record_size,
                 queue_time_ms=(now - batch.created_at) * 1000, now=now)
         metrics.record_request(node, record_count=records, size_bytes=size, now=now)
 

@@ -98,9 +98,10 @@ class ProduceExchange:
         topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}
         by_tp: dict[tuple[str, int], ProducerBatch] = {}
         for batch in batches:
-            topics.setdefault(batch.topic, []).append(ProduceRequest.PartitionProduceData(
-                index=batch.partition, records=batch.sealed))
-            by_tp[(batch.topic, batch.partition)] = batch
+            owner = batch.owner  # its topic and partition
+            topics.setdefault(owner.topic, []).append(ProduceRequest.PartitionProduceData(
+                index=owner.partition, records=batch.sealed))
+            by_tp[(owner.topic, owner.partition)] = batch
         self._cluster.touch_topics(topics, now)  # in use: its metadata must not expire
         top = self._txn.produce_max_version if self._txn is not None else \
             self._produce_max_version
@@ -202,13 +203,14 @@ class ProduceExchange:
                           p: ProduceResponse.PartitionProduceResponse,
                           endpoints: list[BrokerNode], now: float) -> None:
         idem = self._idem
-        meta = self._cluster.view.topics.get(batch.topic)
-        if idem is not None and meta is not None and meta.leader(batch.partition) == node:
-            # KIP-1269: the topic's window on this leader (Produce v14+; 5 when absent). Only
-            # the current leader's answers count: a late one from a former leader must not
-            # raise the window again after a leader change put it back to 5.
-            idem.on_response_batches_to_retain(batch.owner,
-                                               topic.producer_state_batches_to_retain)
+        if idem is not None:
+            owner = batch.owner
+            meta = self._cluster.view.topics.get(owner.topic)
+            if meta is not None and meta.leader(owner.partition) == node:
+                # KIP-1269: the topic's window on this leader (Produce v14+; 5 when absent).
+                # Only the current leader's answers count: a late one from a former leader
+                # must not raise the window again after a leader change put it back to 5.
+                idem.on_response_batches_to_retain(owner, topic.producer_state_batches_to_retain)
         code = p.error_code
         if code == _NONE:
             self._outcomes.complete(batch, p.base_offset, p.log_append_time_ms)

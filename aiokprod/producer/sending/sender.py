@@ -105,6 +105,9 @@ class Sender:
         self._client = client_id
         self._clock = clock
         self._waker = Waker()
+        # the sender's wake-up is its waker's, without a call in between: the accumulator
+        # wakes it for every new and every full batch
+        self.wakeup: Callable[[], None] = self._waker.wake
         # what each outcome the sender reports does to its batch, partition and producer
         self._outcomes = BatchOutcomes(
             accumulator=accumulator, idempotence=idempotence, transactions=transactions,
@@ -133,9 +136,6 @@ class Sender:
     def start(self) -> None:
         if self._task is None:
             self._task = self._spawn(self._run(), f"aiokprod-sender[{self._client}]")
-
-    def wakeup(self) -> None:
-        self._waker.wake()
 
     def set_node_ready_hook(self, hook: Callable[[int, int, bool], None]) -> None:
         """Report, per ready node and wake-up, whether it could take data (KIP-794)."""
