@@ -111,6 +111,10 @@ def uvarint(value: int) -> bytes:
         return _SMALL_UVARINTS[value]
     if value < 0 or value > _MAX_UINT32:
         raise ValueError(f"unsigned varint out of range: {value}")
+    if value < 0x4000:  # two bytes: a records field's length up to 16 KiB, every request
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -306,8 +310,15 @@ def read_nullable_string(data: Buf, pos: int, end: int, what: str) -> tuple[str 
     return _utf8(data, pos, pos + n, what), pos + n
 
 
+# The compact readers below take a one-byte length (below 0x80: up to 126 bytes or elements,
+# almost every length on the wire) without calling read_uvarint: they run several times per
+# partition of every answer.
 def read_compact_string(data: Buf, pos: int, end: int, what: str) -> tuple[str, int]:
-    n, pos = read_uvarint(data, pos, end, what)
+    if pos < end and data[pos] < 0x80:
+        n = data[pos]
+        pos += 1
+    else:
+        n, pos = read_uvarint(data, pos, end, what)
     if n == 0:
         raise ProtocolError(f"{what}: null for a non-nullable compact string")
     n -= 1
@@ -319,7 +330,11 @@ def read_compact_string(data: Buf, pos: int, end: int, what: str) -> tuple[str, 
 def read_compact_nullable_string(
     data: Buf, pos: int, end: int, what: str
 ) -> tuple[str | None, int]:
-    n, pos = read_uvarint(data, pos, end, what)
+    if pos < end and data[pos] < 0x80:
+        n = data[pos]
+        pos += 1
+    else:
+        n, pos = read_uvarint(data, pos, end, what)
     if n == 0:
         return None, pos
     n -= 1
@@ -402,6 +417,10 @@ def read_nullable_array_len(
 def read_compact_array_len(
     data: Buf, pos: int, end: int, min_elem: int, what: str
 ) -> tuple[int, int]:
+    if pos < end and data[pos] < 0x80:
+        n = data[pos] - 1
+        if n >= 0 and n * min_elem < end - pos:  # a length and elements that fit: done
+            return n, pos + 1
     n, pos = read_compact_nullable_array_len(data, pos, end, min_elem, what)
     if n < 0:
         raise ProtocolError(f"{what}: null for a non-nullable compact array")
@@ -411,7 +430,11 @@ def read_compact_array_len(
 def read_compact_nullable_array_len(
     data: Buf, pos: int, end: int, min_elem: int, what: str
 ) -> tuple[int, int]:
-    n, pos = read_uvarint(data, pos, end, what)
+    if pos < end and data[pos] < 0x80:
+        n = data[pos]
+        pos += 1
+    else:
+        n, pos = read_uvarint(data, pos, end, what)
     if n == 0:
         return -1, pos
     n -= 1

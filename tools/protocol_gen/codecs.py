@@ -252,33 +252,38 @@ class CodecGen(Layout):
                     self.uses.add("read_uvarint")
                     self.uses.add("truncated")
                     em("unknown: dict[int, bytes] = {}")
-                    em(f"count, pos = read_uvarint(data, pos, end, {what})")
-                    em("for _ in range(count):")
+                    em("if pos < end and data[pos] == 0:  # no tagged field, the common case")
                     with em.indent():
-                        em(f"tag, pos = read_uvarint(data, pos, end, {what})")
-                        em(f"size, pos = read_uvarint(data, pos, end, {what})")
-                        em("if size > end - pos:")
+                        em("pos += 1")
+                    em("else:")
+                    with em.indent():
+                        em(f"count, pos = read_uvarint(data, pos, end, {what})")
+                        em("for _ in range(count):")
                         with em.indent():
-                            em(f"raise truncated({what}, size, end - pos)")
-                        em("tend = pos + size")
-                        for i, f in enumerate(sorted(tagged, key=lambda x: x.tag or 0)):
-                            em(f"{'if' if i == 0 else 'elif'} tag == {f.tag}:")
+                            em(f"tag, pos = read_uvarint(data, pos, end, {what})")
+                            em(f"size, pos = read_uvarint(data, pos, end, {what})")
+                            em("if size > end - pos:")
                             with em.indent():
-                                em("p = pos")
-                                self.emit_decode_field(
-                                    em, msg, st, f, v=v, target=f"o.{f.attr}", pos="p",
-                                    end="tend",
-                                )
-                                em("if p != tend:")
+                                em(f"raise truncated({what}, size, end - pos)")
+                            em("tend = pos + size")
+                            for i, f in enumerate(sorted(tagged, key=lambda x: x.tag or 0)):
+                                em(f"{'if' if i == 0 else 'elif'} tag == {f.tag}:")
                                 with em.indent():
-                                    em(
-                                        "raise ProtocolError("
-                                        f"{self.what(msg, st, f) + ': tagged size mismatch'!r})"
+                                    em("p = pos")
+                                    self.emit_decode_field(
+                                        em, msg, st, f, v=v, target=f"o.{f.attr}", pos="p",
+                                        end="tend",
                                     )
-                        em("else:")
-                        with em.indent():
-                            em("unknown[tag] = bytes(data[pos:tend])")
-                        em("pos = tend")
+                                    em("if p != tend:")
+                                    with em.indent():
+                                        em(
+                                            "raise ProtocolError("
+                                            f"{self.what(msg, st, f) + ': tagged size mismatch'!r})"
+                                        )
+                            em("else:")
+                            with em.indent():
+                                em("unknown[tag] = bytes(data[pos:tend])")
+                            em("pos = tend")
                     em("o.unknown_tagged_fields = unknown")
             elif self.flexible_capable(msg):
                 em("o.unknown_tagged_fields = {}")

@@ -611,52 +611,55 @@ def _dec_ApiVersionsResponse_v3(data: Buf, pos: int, end: int) -> tuple[ApiVersi
     o.finalized_features = []
     o.zk_migration_ready = False
     unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ApiVersionsResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ApiVersionsResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ApiVersionsResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ApiVersionsResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 0:
-            p = pos
-            n, p = read_compact_array_len(data, p, tend, 6, 'ApiVersionsResponse.supported_features')
-            items_supported_features = []
-            for _ in range(n):
-                e_supported_features, p = _dec_ApiVersionsResponse_SupportedFeatureKey_v3(data, p, tend)
-                items_supported_features.append(e_supported_features)
-            o.supported_features = items_supported_features
-            if p != tend:
-                raise ProtocolError('ApiVersionsResponse.supported_features: tagged size mismatch')
-        elif tag == 1:
-            p = pos
-            if tend - p < 8:
-                raise truncated('ApiVersionsResponse.finalized_features_epoch', 8, tend - p)
-            o.finalized_features_epoch = _S_q.unpack_from(data, p)[0]
-            p += 8
-            if p != tend:
-                raise ProtocolError('ApiVersionsResponse.finalized_features_epoch: tagged size mismatch')
-        elif tag == 2:
-            p = pos
-            n, p = read_compact_array_len(data, p, tend, 6, 'ApiVersionsResponse.finalized_features')
-            items_finalized_features = []
-            for _ in range(n):
-                e_finalized_features, p = _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(data, p, tend)
-                items_finalized_features.append(e_finalized_features)
-            o.finalized_features = items_finalized_features
-            if p != tend:
-                raise ProtocolError('ApiVersionsResponse.finalized_features: tagged size mismatch')
-        elif tag == 3:
-            p = pos
-            if tend - p < 1:
-                raise truncated('ApiVersionsResponse.zk_migration_ready', 1, tend - p)
-            o.zk_migration_ready = _S_o.unpack_from(data, p)[0]
-            p += 1
-            if p != tend:
-                raise ProtocolError('ApiVersionsResponse.zk_migration_ready: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
+    if pos < end and data[pos] == 0:  # no tagged field, the common case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos, end, 'ApiVersionsResponse tagged fields')
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos, end, 'ApiVersionsResponse tagged fields')
+            size, pos = read_uvarint(data, pos, end, 'ApiVersionsResponse tagged fields')
+            if size > end - pos:
+                raise truncated('ApiVersionsResponse tagged fields', size, end - pos)
+            tend = pos + size
+            if tag == 0:
+                p = pos
+                n, p = read_compact_array_len(data, p, tend, 6, 'ApiVersionsResponse.supported_features')
+                items_supported_features = []
+                for _ in range(n):
+                    e_supported_features, p = _dec_ApiVersionsResponse_SupportedFeatureKey_v3(data, p, tend)
+                    items_supported_features.append(e_supported_features)
+                o.supported_features = items_supported_features
+                if p != tend:
+                    raise ProtocolError('ApiVersionsResponse.supported_features: tagged size mismatch')
+            elif tag == 1:
+                p = pos
+                if tend - p < 8:
+                    raise truncated('ApiVersionsResponse.finalized_features_epoch', 8, tend - p)
+                o.finalized_features_epoch = _S_q.unpack_from(data, p)[0]
+                p += 8
+                if p != tend:
+                    raise ProtocolError('ApiVersionsResponse.finalized_features_epoch: tagged size mismatch')
+            elif tag == 2:
+                p = pos
+                n, p = read_compact_array_len(data, p, tend, 6, 'ApiVersionsResponse.finalized_features')
+                items_finalized_features = []
+                for _ in range(n):
+                    e_finalized_features, p = _dec_ApiVersionsResponse_FinalizedFeatureKey_v3(data, p, tend)
+                    items_finalized_features.append(e_finalized_features)
+                o.finalized_features = items_finalized_features
+                if p != tend:
+                    raise ProtocolError('ApiVersionsResponse.finalized_features: tagged size mismatch')
+            elif tag == 3:
+                p = pos
+                if tend - p < 1:
+                    raise truncated('ApiVersionsResponse.zk_migration_ready', 1, tend - p)
+                o.zk_migration_ready = _S_o.unpack_from(data, p)[0]
+                p += 1
+                if p != tend:
+                    raise ProtocolError('ApiVersionsResponse.zk_migration_ready: tagged size mismatch')
+            else:
+                unknown[tag] = bytes(data[pos:tend])
+            pos = tend
     o.unknown_tagged_fields = unknown
     return o, pos
 

@@ -780,24 +780,27 @@ def _dec_CreateTopicsResponse_CreatableTopicResult_v5(data: Buf, pos: int, end: 
         o.configs = items_configs
     o.topic_config_error_code = 0
     unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
-        if size > end - pos:
-            raise truncated('CreateTopicsResponse.CreatableTopicResult tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 0:
-            p = pos
-            if tend - p < 2:
-                raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code', 2, tend - p)
-            o.topic_config_error_code = _S_h.unpack_from(data, p)[0]
-            p += 2
-            if p != tend:
-                raise ProtocolError('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
+    if pos < end and data[pos] == 0:  # no tagged field, the common case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
+            size, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
+            if size > end - pos:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult tagged fields', size, end - pos)
+            tend = pos + size
+            if tag == 0:
+                p = pos
+                if tend - p < 2:
+                    raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code', 2, tend - p)
+                o.topic_config_error_code = _S_h.unpack_from(data, p)[0]
+                p += 2
+                if p != tend:
+                    raise ProtocolError('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code: tagged size mismatch')
+            else:
+                unknown[tag] = bytes(data[pos:tend])
+            pos = tend
     o.unknown_tagged_fields = unknown
     return o, pos
 
@@ -847,24 +850,27 @@ def _dec_CreateTopicsResponse_CreatableTopicResult_v7(data: Buf, pos: int, end: 
         o.configs = items_configs
     o.topic_config_error_code = 0
     unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
-        if size > end - pos:
-            raise truncated('CreateTopicsResponse.CreatableTopicResult tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 0:
-            p = pos
-            if tend - p < 2:
-                raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code', 2, tend - p)
-            o.topic_config_error_code = _S_h.unpack_from(data, p)[0]
-            p += 2
-            if p != tend:
-                raise ProtocolError('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
+    if pos < end and data[pos] == 0:  # no tagged field, the common case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
+            size, pos = read_uvarint(data, pos, end, 'CreateTopicsResponse.CreatableTopicResult tagged fields')
+            if size > end - pos:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult tagged fields', size, end - pos)
+            tend = pos + size
+            if tag == 0:
+                p = pos
+                if tend - p < 2:
+                    raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code', 2, tend - p)
+                o.topic_config_error_code = _S_h.unpack_from(data, p)[0]
+                p += 2
+                if p != tend:
+                    raise ProtocolError('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code: tagged size mismatch')
+            else:
+                unknown[tag] = bytes(data[pos:tend])
+            pos = tend
     o.unknown_tagged_fields = unknown
     return o, pos
 

@@ -901,26 +901,29 @@ def _dec_ProduceResponse_v10(data: Buf, pos: int, end: int) -> tuple[ProduceResp
     pos += 4
     o.node_endpoints = []
     unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ProduceResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 0:
-            p = pos
-            n, p = read_compact_array_len(data, p, tend, 11, 'ProduceResponse.node_endpoints')
-            items_node_endpoints = []
-            for _ in range(n):
-                e_node_endpoints, p = _dec_ProduceResponse_NodeEndpoint_v10(data, p, tend)
-                items_node_endpoints.append(e_node_endpoints)
-            o.node_endpoints = items_node_endpoints
-            if p != tend:
-                raise ProtocolError('ProduceResponse.node_endpoints: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
+    if pos < end and data[pos] == 0:  # no tagged field, the common case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+            size, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+            if size > end - pos:
+                raise truncated('ProduceResponse tagged fields', size, end - pos)
+            tend = pos + size
+            if tag == 0:
+                p = pos
+                n, p = read_compact_array_len(data, p, tend, 11, 'ProduceResponse.node_endpoints')
+                items_node_endpoints = []
+                for _ in range(n):
+                    e_node_endpoints, p = _dec_ProduceResponse_NodeEndpoint_v10(data, p, tend)
+                    items_node_endpoints.append(e_node_endpoints)
+                o.node_endpoints = items_node_endpoints
+                if p != tend:
+                    raise ProtocolError('ProduceResponse.node_endpoints: tagged size mismatch')
+            else:
+                unknown[tag] = bytes(data[pos:tend])
+            pos = tend
     o.unknown_tagged_fields = unknown
     return o, pos
 
@@ -958,26 +961,29 @@ def _dec_ProduceResponse_v13(data: Buf, pos: int, end: int) -> tuple[ProduceResp
     pos += 4
     o.node_endpoints = []
     unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ProduceResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 0:
-            p = pos
-            n, p = read_compact_array_len(data, p, tend, 11, 'ProduceResponse.node_endpoints')
-            items_node_endpoints = []
-            for _ in range(n):
-                e_node_endpoints, p = _dec_ProduceResponse_NodeEndpoint_v10(data, p, tend)
-                items_node_endpoints.append(e_node_endpoints)
-            o.node_endpoints = items_node_endpoints
-            if p != tend:
-                raise ProtocolError('ProduceResponse.node_endpoints: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
+    if pos < end and data[pos] == 0:  # no tagged field, the common case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+            size, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+            if size > end - pos:
+                raise truncated('ProduceResponse tagged fields', size, end - pos)
+            tend = pos + size
+            if tag == 0:
+                p = pos
+                n, p = read_compact_array_len(data, p, tend, 11, 'ProduceResponse.node_endpoints')
+                items_node_endpoints = []
+                for _ in range(n):
+                    e_node_endpoints, p = _dec_ProduceResponse_NodeEndpoint_v10(data, p, tend)
+                    items_node_endpoints.append(e_node_endpoints)
+                o.node_endpoints = items_node_endpoints
+                if p != tend:
+                    raise ProtocolError('ProduceResponse.node_endpoints: tagged size mismatch')
+            else:
+                unknown[tag] = bytes(data[pos:tend])
+            pos = tend
     o.unknown_tagged_fields = unknown
     return o, pos
 
@@ -1015,26 +1021,29 @@ def _dec_ProduceResponse_v14(data: Buf, pos: int, end: int) -> tuple[ProduceResp
     pos += 4
     o.node_endpoints = []
     unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ProduceResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 0:
-            p = pos
-            n, p = read_compact_array_len(data, p, tend, 11, 'ProduceResponse.node_endpoints')
-            items_node_endpoints = []
-            for _ in range(n):
-                e_node_endpoints, p = _dec_ProduceResponse_NodeEndpoint_v10(data, p, tend)
-                items_node_endpoints.append(e_node_endpoints)
-            o.node_endpoints = items_node_endpoints
-            if p != tend:
-                raise ProtocolError('ProduceResponse.node_endpoints: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
+    if pos < end and data[pos] == 0:  # no tagged field, the common case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+            size, pos = read_uvarint(data, pos, end, 'ProduceResponse tagged fields')
+            if size > end - pos:
+                raise truncated('ProduceResponse tagged fields', size, end - pos)
+            tend = pos + size
+            if tag == 0:
+                p = pos
+                n, p = read_compact_array_len(data, p, tend, 11, 'ProduceResponse.node_endpoints')
+                items_node_endpoints = []
+                for _ in range(n):
+                    e_node_endpoints, p = _dec_ProduceResponse_NodeEndpoint_v10(data, p, tend)
+                    items_node_endpoints.append(e_node_endpoints)
+                o.node_endpoints = items_node_endpoints
+                if p != tend:
+                    raise ProtocolError('ProduceResponse.node_endpoints: tagged size mismatch')
+            else:
+                unknown[tag] = bytes(data[pos:tend])
+            pos = tend
     o.unknown_tagged_fields = unknown
     return o, pos
 
@@ -1241,24 +1250,27 @@ def _dec_ProduceResponse_TopicProduceResponse_v14(data: Buf, pos: int, end: int)
     o.partition_responses = items_partition_responses
     o.producer_state_batches_to_retain = 5
     unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ProduceResponse.TopicProduceResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 1:
-            p = pos
-            if tend - p < 4:
-                raise truncated('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', 4, tend - p)
-            o.producer_state_batches_to_retain = _S_i.unpack_from(data, p)[0]
-            p += 4
-            if p != tend:
-                raise ProtocolError('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
+    if pos < end and data[pos] == 0:  # no tagged field, the common case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
+            size, pos = read_uvarint(data, pos, end, 'ProduceResponse.TopicProduceResponse tagged fields')
+            if size > end - pos:
+                raise truncated('ProduceResponse.TopicProduceResponse tagged fields', size, end - pos)
+            tend = pos + size
+            if tag == 1:
+                p = pos
+                if tend - p < 4:
+                    raise truncated('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain', 4, tend - p)
+                o.producer_state_batches_to_retain = _S_i.unpack_from(data, p)[0]
+                p += 4
+                if p != tend:
+                    raise ProtocolError('ProduceResponse.TopicProduceResponse.producer_state_batches_to_retain: tagged size mismatch')
+            else:
+                unknown[tag] = bytes(data[pos:tend])
+            pos = tend
     o.unknown_tagged_fields = unknown
     return o, pos
 
@@ -1404,21 +1416,24 @@ def _dec_ProduceResponse_PartitionProduceResponse_v10(data: Buf, pos: int, end: 
     o.error_message, pos = read_compact_nullable_string(data, pos, end, 'ProduceResponse.PartitionProduceResponse.error_message')
     o.current_leader = _C_ProduceResponse_LeaderIdAndEpoch()
     unknown: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
-        size, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
-        if size > end - pos:
-            raise truncated('ProduceResponse.PartitionProduceResponse tagged fields', size, end - pos)
-        tend = pos + size
-        if tag == 0:
-            p = pos
-            o.current_leader, p = _dec_ProduceResponse_LeaderIdAndEpoch_v10(data, p, tend)
-            if p != tend:
-                raise ProtocolError('ProduceResponse.PartitionProduceResponse.current_leader: tagged size mismatch')
-        else:
-            unknown[tag] = bytes(data[pos:tend])
-        pos = tend
+    if pos < end and data[pos] == 0:  # no tagged field, the common case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
+            size, pos = read_uvarint(data, pos, end, 'ProduceResponse.PartitionProduceResponse tagged fields')
+            if size > end - pos:
+                raise truncated('ProduceResponse.PartitionProduceResponse tagged fields', size, end - pos)
+            tend = pos + size
+            if tag == 0:
+                p = pos
+                o.current_leader, p = _dec_ProduceResponse_LeaderIdAndEpoch_v10(data, p, tend)
+                if p != tend:
+                    raise ProtocolError('ProduceResponse.PartitionProduceResponse.current_leader: tagged size mismatch')
+            else:
+                unknown[tag] = bytes(data[pos:tend])
+            pos = tend
     o.unknown_tagged_fields = unknown
     return o, pos
 
