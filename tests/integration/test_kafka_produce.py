@@ -15,8 +15,9 @@ from confluent_kafka import Producer as ConfluentProducer
 from test_raw_produce import check_read_back, produce_raw
 
 from aiokprod import Producer
+from aiokprod.errors import error_for_code
 from aiokprod.network.cluster import Cluster
-from aiokprod.protocol import InitProducerIdRequest
+from aiokprod.protocol import InitProducerIdRequest, InitProducerIdResponse
 from support.kafka_cluster import KAFKA_VERSION, KafkaCluster
 from support.reader import read_back
 from support.round_trip import CODECS, round_trip_varied_records
@@ -141,17 +142,30 @@ async def test_init_producer_id_with_current_pair_gives_a_fresh_id_on_kafka(
     cluster = Cluster(kafka.bootstrap)
     cluster.start()
     try:
-        conn = await cluster.any_connection()
+        # A broker's own connection, not the bootstrap one: the cluster closes that once the
+        # first metadata names the brokers, which under load came between the two requests
+        await cluster.refresh_now(30_000)
+        conn = await cluster.connection(next(iter(cluster.view.brokers)), 30_000)
         version = conn.version_for(InitProducerIdRequest)
         assert version >= 3
-        first = await conn.request(InitProducerIdRequest(
-            transactional_id=None, transaction_timeout_ms=60_000, producer_id=-1,
-            producer_epoch=-1), version=version)
+
+        async def init(producer_id: int, producer_epoch: int) -> InitProducerIdResponse:
+            # a broker just started answers COORDINATOR_LOAD_IN_PROGRESS (retriable) until its
+            # transaction coordinator has loaded: ask again, as the producer does
+            deadline = asyncio.get_running_loop().time() + 60
+            while True:
+                answer = await conn.request(InitProducerIdRequest(
+                    transactional_id=None, transaction_timeout_ms=60_000,
+                    producer_id=producer_id, producer_epoch=producer_epoch), version=version)
+                if not error_for_code(answer.error_code).retriable or \
+                        asyncio.get_running_loop().time() > deadline:
+                    return answer
+                await asyncio.sleep(0.1)
+
+        first = await init(-1, -1)
         assert first.error_code == 0
-        again = await conn.request(InitProducerIdRequest(
-            transactional_id=None, transaction_timeout_ms=60_000,
-            producer_id=first.producer_id, producer_epoch=first.producer_epoch),
-            version=version)
+        await cluster.refresh_now(30_000)  # a refresh between the two leaves it open
+        again = await init(first.producer_id, first.producer_epoch)
         assert again.error_code == 0
         assert again.producer_id != first.producer_id
         assert again.producer_epoch == 0
