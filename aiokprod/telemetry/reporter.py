@@ -68,7 +68,10 @@ class ClientTelemetry:
         self.schedule = schedule or TelemetrySchedule(clock=clock)
         self._collector = collector or TelemetryCollector(registry)
         self._task: asyncio.Task[Any] | None = None  # the background loop while it runs
-        # wakes the loop early (close); the loop otherwise sleeps until a request is due
+        # set by the cluster's on_change (a connection came up, or became writable again);
+        # only the wait for a connection listens to it. Waiting for a request's time it is
+        # ignored: on_change fires on every drained write, and waking there would cost a
+        # loop turn and a task per large request for nothing (close() cancels the task)
         self._wake = asyncio.Event()
         self.last_push_bytes = 0  # size of the last payload sent (after compression)
 
@@ -93,9 +96,7 @@ class ClientTelemetry:
             if math.isinf(delay):
                 return  # disabled, or terminating: nothing will be due again
             if delay > 0:
-                self._wake.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                await asyncio.sleep(delay)
                 continue
             conn = self._cluster.any_ready_connection()
             if conn is None:

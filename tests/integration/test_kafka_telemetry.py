@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from aiokprod import Producer
+from aiokprod.network.cluster import Cluster
+from aiokprod.telemetry.subscription import TelemetrySchedule
 from support.kafka_cluster import KafkaCluster
 from support.kafka_fixtures import KafkaFactory
 
@@ -127,3 +129,46 @@ async def test_no_subscription_no_push_and_disabled_sends_nothing(
         assert off.client_instance_id() is None
     await asyncio.sleep(0.5)
     assert _lines(received) == []
+
+
+async def test_waiting_for_the_next_push_the_loop_sleeps_through_cluster_changes(
+        telemetry_kafka: tuple[KafkaCluster, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cluster's on_change fires on every metadata refresh and every drained write (a
+    large request pauses and resumes the transport). Telemetry listens to it only while it
+    waits for a connection; waiting minutes for its next request, a wake-up per change cost
+    a loop turn and a task each, several per request in a busy producer."""
+    cluster, _ = telemetry_kafka
+    turns = changes = 0
+    time_to_next, notify_change = TelemetrySchedule.time_to_next, Cluster.notify_change
+
+    def count_turn(self: TelemetrySchedule, now: float | None = None) -> float:
+        nonlocal turns
+        turns += 1
+        return time_to_next(self, now)
+
+    def count_change(self: Cluster) -> None:
+        nonlocal changes
+        changes += 1
+        notify_change(self)
+
+    monkeypatch.setattr(TelemetrySchedule, "time_to_next", count_turn)
+    monkeypatch.setattr(Cluster, "notify_change", count_change)
+    topic = "changes"
+    await asyncio.to_thread(cluster.create_topic, topic, 1)
+    # metadata every 100 ms: a cluster change each time, from the broker's answers
+    async with Producer(cluster.bootstrap, client_id="changes",
+                        metadata_max_age_ms=100) as producer:
+        await (await producer.send(topic, b"x"))
+        deadline = time.monotonic() + 30
+        while producer.client_instance_id() is None:  # the subscription's answer
+            assert time.monotonic() < deadline, "no client instance id within 30 s"
+            await asyncio.sleep(0.05)
+        # no subscription matches this client: the next request is minutes away (the
+        # broker's default interval), so no turn of the loop is due until then
+        turns_before, changes_before = turns, changes
+        deadline = time.monotonic() + 60
+        while changes - changes_before < 10:
+            assert time.monotonic() < deadline, f"{changes - changes_before} changes in 60 s"
+            await asyncio.sleep(0.05)
+        assert turns == turns_before, f"{turns - turns_before} turns for " \
+            f"{changes - changes_before} cluster changes"
