@@ -42,8 +42,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def uvicorn_app(bootstrap: str, *, loop: str = "asyncio", log_path: Path,
                 **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The example app in uvicorn on this venv's Python, this checkout first on the path;
-    yields (base url, process). Ended by PID, reaped."""
-    child_env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, **env)
+    yields (base url, process). Ended by PID, reaped.
+
+    The app's own bounds (2 s to block, a 5 s delivery timeout: a web request's) would turn
+    one slow acknowledgement on a loaded machine into a 503; unless a test sets them, they
+    are far above it here (and the test clients' 90 s above them), so only what a test is
+    about can fail it."""
+    bounds = {"AIOKPROD_MAX_BLOCK_MS": "30000", "AIOKPROD_REQUEST_TIMEOUT_MS": "20000",
+              "AIOKPROD_DELIVERY_TIMEOUT_MS": "40000"}
+    child_env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, **{**bounds, **env})
     child_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), child_env.get("PYTHONPATH", "")) if p)
     # uvicorn closes a keep-alive connection idle for 5 s; on a loaded machine a pooled
@@ -74,7 +81,7 @@ async def _load(url: str, topic: str, n: int, concurrency: int, *, prefix: str =
     per_client = 5
     n_clients = -(-concurrency // per_client)
     limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
-    clients = [httpx.AsyncClient(base_url=url, limits=limits, timeout=30)
+    clients = [httpx.AsyncClient(base_url=url, limits=limits, timeout=90)
                for _ in range(n_clients)]
 
     async def worker(client: httpx.AsyncClient) -> None:
@@ -146,7 +153,7 @@ def test_sigterm_during_load_flushes_accepted_requests(tansu, new_topic, tmp_pat
         statuses, errors = asyncio.run(
             _load(url, topic, 3000, 200, stop_after=800,
                   on_stop=lambda: process.send_signal(signal.SIGTERM)))
-        process.wait(20)
+        process.wait(60)
     ok = {body for body, status in statuses.items() if status == 200}
     # it did stop in the middle: some requests were refused after SIGTERM
     assert 800 <= len(ok) < 3000, (len(ok), errors[:5])
@@ -164,10 +171,10 @@ def test_stalled_broker_503_healthz_fast_then_recovers(tansu_factory, tmp_path) 
     broker = tansu_factory()
     topic = "stall"
     broker.create_topic(topic, partitions=1)
-    # a /healthz that waited on the broker would take request.timeout.ms or max.block.ms (5 s
+    # a /healthz that waited on the broker would take request.timeout.ms or max.block.ms (20 s
     # each here) against its few ms: far apart on a loaded machine too
-    env = {"AIOKPROD_MAX_BLOCK_MS": "5000", "AIOKPROD_REQUEST_TIMEOUT_MS": "5000",
-           "AIOKPROD_DELIVERY_TIMEOUT_MS": "6000", "AIOKPROD_CLOSE_TIMEOUT_S": "2"}
+    env = {"AIOKPROD_MAX_BLOCK_MS": "20000", "AIOKPROD_REQUEST_TIMEOUT_MS": "20000",
+           "AIOKPROD_DELIVERY_TIMEOUT_MS": "25000", "AIOKPROD_CLOSE_TIMEOUT_S": "2"}
     pid = broker.pid
     assert pid is not None
     with uvicorn_app(broker.bootstrap, log_path=tmp_path / "uvicorn.log", **env) as (url, _):
@@ -175,7 +182,7 @@ def test_stalled_broker_503_healthz_fast_then_recovers(tansu_factory, tmp_path) 
 
 
 async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         response = await client.post(f"/events/{topic}", content=b"before")
         assert response.status_code == 200, response.text
         with frozen(broker_pid):
@@ -199,29 +206,29 @@ async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
                 await asyncio.sleep(0.05)
             results = await posts
             # readiness: the producer cannot deliver (liveness stays 200 throughout)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while (ready := await client.get("/readyz")).status_code != 503:
                 assert time.monotonic() < deadline, ready.text
                 await asyncio.sleep(0.05)
             assert ready.json()["state"] == "degraded", ready.text
-        # delivery.timeout.ms=6000 bounds each request (plus scheduling slack on 2 loaded
-        # cores); unbounded, it would wait out the client's 30 s
+        # delivery.timeout.ms=25000 bounds each request (plus scheduling slack on 2 loaded
+        # cores); unbounded, it would wait out the client's 60 s
         for i, (r, took) in enumerate(results):
             assert r.status_code == 503, r.text
             assert r.json()["outcome"] == "unknown", r.text  # it may still be written
             assert r.headers.get("Retry-After") == ("1" if i % 2 == 0 else None), i
-            assert took < 6.0 + 6.0, took
+            assert took < 25.0 + 15.0, took
         assert len(health_latencies) >= 5
         # /healthz never waits on the broker: had it blocked, every call would take the stall's
-        # request.timeout.ms or max.block.ms (5 s) or more. Measured ~5-40 ms quiet, up to
+        # request.timeout.ms or max.block.ms (20 s) or more. Measured ~5-40 ms quiet, up to
         # ~75 ms with other work running; one call may meet a pause of a loaded machine, so the
-        # bound is on the 90th percentile, and the slowest must still be well under the 5 s a
+        # bound is on the 90th percentile, and the slowest must still be well under the 20 s a
         # blocked one takes.
         latencies = sorted(health_latencies)
-        assert latencies[int(0.9 * (len(latencies) - 1))] < 1.0, latencies[-5:]
-        assert latencies[-1] < 2.5, latencies[-5:]
+        assert latencies[int(0.9 * (len(latencies) - 1))] < 5.0, latencies[-5:]
+        assert latencies[-1] < 10.0, latencies[-5:]
         # the broker is back: the same process delivers again without a restart
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while True:
             response = await client.post(f"/events/{topic}", content=b"after")
             if response.status_code == 200:
@@ -239,7 +246,7 @@ async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
 def test_metrics_endpoint_serves_prometheus_text(tansu, new_topic, tmp_path) -> None:
     topic = new_topic()
     with uvicorn_app(tansu.bootstrap, log_path=tmp_path / "uvicorn.log") as (url, _), \
-            httpx.Client(base_url=url) as client:
+            httpx.Client(base_url=url, timeout=90) as client:
         for i in range(5):
             assert client.post(f"/events/{topic}", content=b"m%d" % i).status_code == 200
         text = client.get("/metrics").text

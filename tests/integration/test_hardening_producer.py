@@ -229,7 +229,7 @@ async def test_a_send_from_another_thread_is_refused_before_anything_is_queued(
         assert "event loop" in str(errors[0])
         await producer.flush()
         assert producer._acc is not None and producer._acc.statistics().incomplete_batches == 0
-    records = read_back(tansu.bootstrap, topic, expected=1, timeout=5)
+    records = read_back(tansu.bootstrap, topic, expected=1, timeout=60)
     assert [r.value for r in records] == [b"warm-up"]
 
 
@@ -251,7 +251,7 @@ def test_a_send_from_a_later_loop_on_the_same_thread_is_refused(
     finally:
         first.close()
         second.close()
-    records = read_back(tansu.bootstrap, topic, expected=1, timeout=5)
+    records = read_back(tansu.bootstrap, topic, expected=1, timeout=60)
     assert [r.value for r in records] == [b"on-its-loop"]
 
 
@@ -277,7 +277,7 @@ def test_a_send_is_refused_while_its_loop_runs_in_another_thread(
         thread.join(10)
         owner.close()
         here.close()
-    records = read_back(tansu.bootstrap, topic, expected=1, timeout=5)
+    records = read_back(tansu.bootstrap, topic, expected=1, timeout=60)
     assert [r.value for r in records] == [b"own-loop"]
 
 
@@ -301,22 +301,23 @@ def test_transactional_id_is_accepted_now_that_transactions_exist() -> None:
 async def test_a_send_blocked_on_memory_wakes_the_sender_instead_of_waiting_out_linger(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
-    # each partition's batch is small and lingers 30 s; the pool holds three of them, so the
+    # each partition's batch is small and lingers 120 s; the pool holds three of them, so the
     # fourth partition's send waits for memory. Someone waiting makes batches sendable now
     # (Java's "exhausted" rule), but only if the sender, asleep until the linger ends since
     # the application paused between sends, is woken to see it.
     topic = new_topic(partitions=8)
-    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=30_000,
+    async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=120_000,
                         batch_size=16384, buffer_memory=4 * 16384 + 8192,
-                        max_block_ms=8_000) as producer:
+                        max_block_ms=60_000) as producer:
         await producer.partitions_for(topic)
         started = time.monotonic()
         futures = []
         for i in range(12):
             futures.append(await producer.send(topic, b"x" * 100, partition=i % 8))
             await asyncio.sleep(0.02)  # an application doing other work between sends
-        assert time.monotonic() - started < 4
-        await producer.flush(timeout=10)
+        # well under the linger (woken) and max.block.ms (not waiting out a lost wake-up)
+        assert time.monotonic() - started < 45
+        await producer.flush(timeout=60)
         assert all(f.done() and f.exception() is None for f in futures)
 
 
@@ -371,7 +372,7 @@ async def test_memory_a_send_waited_for_is_not_taken_by_another_batch(
 async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_draw(
     mock_cluster: Any, topic_name: str
 ) -> None:
-    # 6 partitions over brokers 1-3; broker 1 answers after 10 s and takes two requests at a
+    # 6 partitions over brokers 1-3; broker 1 answers after 30 s and takes two requests at a
     # time, so it soon has data ready it cannot take. With the availability timeout at 100 ms
     # the unkeyed records go to the other leaders' partitions instead. (Not one request at a
     # time: with max.in.flight=1 a partition with a batch on the wire is muted — not ready at
@@ -386,10 +387,10 @@ async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_dra
         mock_cluster.set_partition_leader(topic_name, p, 1 + p % 3)
     async with Producer(bootstrap_servers=mock_cluster.bootstrap, linger_ms=0,
                         batch_size=1024, enable_idempotence=False, acks=1,
-                        max_in_flight_requests_per_connection=2,
+                        max_in_flight_requests_per_connection=2, request_timeout_ms=60_000,
                         partitioner_availability_timeout_ms=100) as producer:
         await producer.partitions_for(topic_name)
-        mock_cluster.broker_set_rtt(1, 10_000)
+        mock_cluster.broker_set_rtt(1, 30_000)
         counts = [0] * 6
         futures = []
         partitioner = producer._partitioner
@@ -404,21 +405,23 @@ async def test_partitions_of_a_leader_that_cannot_take_data_leave_the_sticky_dra
                 # machine's speed, what follows shows whether it is honoured
                 if not partitioner.is_node_available(1):
                     marked, marked_at = len(futures), now
-                elif now - started > 10:
+                elif now - started > 25:
                     break
-            elif len(futures) - marked >= 200 or now - marked_at > 6:
-                # 200 records take ~0.6 s on a quiet machine; broker 1 stays unable to take
-                # data until its first answers come back, 10 s after they were sent
+            elif len(futures) - marked >= 200 or now - marked_at > 20:
+                # 200 records take ~0.6 s on a quiet machine (20 s leaves room for a busy
+                # one); broker 1 stays unable to take data until its first answers come
+                # back, 30 s after they were sent
                 break
             await asyncio.sleep(0.002)
         mock_cluster.broker_set_rtt(1, 0)
-        results = await asyncio.wait_for(asyncio.gather(*futures), 60)
-        assert marked is not None, "broker 1 was never marked unavailable within 10 s"
+        # (the mock keeps the delay a request was queued with: up to 30 s more)
+        results = await asyncio.wait_for(asyncio.gather(*futures), 120)
+        assert marked is not None, "broker 1 was never marked unavailable within 25 s"
         for md in results[marked:]:
             counts[md.partition] += 1
     slow = counts[0] + counts[3]
     print(f"slow partitions took {slow} of {sum(counts)}: {counts}")
-    assert sum(counts) >= 150, counts  # (fewer only if 6 s did not fit 150 sends)
+    assert sum(counts) >= 150, counts  # (fewer only if 20 s did not fit 150 sends)
     assert slow <= 12, counts
 
 

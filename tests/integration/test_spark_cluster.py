@@ -87,7 +87,7 @@ def test_executors_run_the_shipped_interpreter_and_package(cluster: SparkSession
         # both tasks at once, one on each single-core executor: each holds its executor until
         # the other has started too (bounded: on one executor the second could never start)
         Path(started, str(os.getpid())).touch()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         while len(os.listdir(started)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         started_in = os.environ.get(SHIPPED_MARK, "")

@@ -101,7 +101,7 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
             partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
             missing = set(values)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 300
             while missing:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{len(missing)} of the first rows not in the log")
@@ -137,7 +137,7 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
                         if fault == "pause":
                             txn_id = batch_identity(settings, 0, 0).transactional_id
                             Path(sync, "paused").write_text(txn_id)
-                            deadline = time.monotonic() + 60
+                            deadline = time.monotonic() + 300
                             while not Path(sync, "resume").exists() and \
                                     time.monotonic() < deadline:
                                 time.sleep(0.05)
@@ -155,7 +155,7 @@ def faulty_source(fault: str, sync_dir: Path | None = None) -> type[KafkaDataSou
         def commit(self, messages: Any) -> None:
             [first] = [m for m in messages if m is not None and m.partition_id == 0]
             Path(sync, "paused").write_text(first.prepared.identity.transactional_id)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 300
             while not Path(sync, "resume").exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
             super().commit(messages)
@@ -209,7 +209,7 @@ def write_killing_an_executor(session: SparkSession, bootstrap: str, topic: str,
                         break
                     pid = int(raw[close + 2:].split()[1])
                 P(str(found)).write_text(str(pid))
-                deadline = clock.monotonic() + 60
+                deadline = clock.monotonic() + 300
                 while clock.monotonic() < deadline:  # until the executor is killed
                     clock.sleep(0.05)
         return value
@@ -217,7 +217,7 @@ def write_killing_an_executor(session: SparkSession, bootstrap: str, topic: str,
     killed: list[int] = []
 
     def kill_the_executor() -> None:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 300
         while not found.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         if found.exists():
@@ -234,8 +234,8 @@ def write_killing_an_executor(session: SparkSession, bootstrap: str, topic: str,
                                          .alias("value"))
         save(df, bootstrap, topic)
     finally:
-        killer.join(120)
+        killer.join(360)
     assert killed and killed[0] != gateway.proc.pid, "no executor was killed"
-    counts = read_counts(bootstrap, topic, rows, timeout=60)
+    counts = read_counts(bootstrap, topic, rows)
     assert set(counts) == set(range(rows)), f"{rows - len(counts)} rows missing"
     assert set(counts.values()) == {1}, "a row is visible twice"

@@ -333,13 +333,14 @@ def _cluster_session(sessions: SparkSessions, tmp_path_factory: pytest.TempPathF
 
 
 def wait_for_executors(session: Any, executors: int = 2) -> Any:
-    """``session`` once ``executors`` executors have registered (bounded: 60 s)."""
+    """``session`` once ``executors`` executors have registered (bounded: 300 s; each is a
+    JVM of its own, started by a worker JVM, which a loaded machine can make slow)."""
     tracker = session.sparkContext._jsc.sc().statusTracker()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     # getExecutorInfos lists the driver too
     while len(tracker.getExecutorInfos()) < executors + 1:
         if time.monotonic() > deadline:
-            pytest.fail(f"local-cluster: {executors} executors did not register within 60 s",
+            pytest.fail(f"local-cluster: {executors} executors did not register within 300 s",
                         pytrace=False)
         time.sleep(0.2)
     return session
