@@ -10,8 +10,9 @@ renumber every unacknowledged batch from 0 and carry on.
 Checked, with confluent-kafka as the independent reader of what the restarted broker holds:
 
 * every record is acknowledged or failed with an error (none left pending); all are
-  acknowledged, including those on the wire when the broker died, within seconds of the
-  restart (before the fix: nothing for delivery.timeout.ms, then those batches expired);
+  acknowledged, including those on the wire when the broker died, soon after the restart
+  (under a second; the bound is 60 s, half of delivery.timeout.ms; before the fix: nothing
+  for delivery.timeout.ms, then those batches expired);
 * nothing is in the restarted broker's log twice;
 * every record acknowledged after the restart is there, exactly once, where its metadata says;
 * per key, records keep the order they were sent in.
@@ -102,7 +103,7 @@ async def _stream(broker: TansuBroker, topic: str, *, one_partition: bool) -> tu
             acked_at[n] = time.monotonic()
 
     async with Producer(bootstrap_servers=broker.bootstrap, linger_ms=2, batch_size=2048,
-                        request_timeout_ms=3000, delivery_timeout_ms=30_000,
+                        request_timeout_ms=3000, delivery_timeout_ms=120_000,
                         retry_backoff_ms=20, retry_backoff_max_ms=200,
                         reconnect_backoff_ms=20, reconnect_backoff_max_ms=200) as producer:
         futures = []
@@ -176,5 +177,6 @@ async def test_idempotent_producer_survives_a_broker_that_lost_its_producer_stat
         per_key[n % KEYS].append(n)
     for key, numbers in per_key.items():
         assert numbers == sorted(numbers), f"key-{key} out of order"
-    # before the fix: ~30 s (delivery.timeout.ms) of OUT_OF_ORDER_SEQUENCE_NUMBER retries
-    assert recovered_in < 5.0, recovered_in
+    # before the fix: ~120 s (delivery.timeout.ms) of OUT_OF_ORDER_SEQUENCE_NUMBER retries;
+    # normally well under a second, the bound leaves room for a loaded machine
+    assert recovered_in < 60.0, recovered_in

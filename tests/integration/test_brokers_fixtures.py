@@ -262,7 +262,7 @@ def test_mock_cluster_close_joins_threads_and_closes_ports() -> None:
     assert native_threads() > baseline
     cluster.close()
     cluster.close()  # idempotent
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 30
     while native_threads() > baseline and time.monotonic() < deadline:
         time.sleep(0.01)
     assert native_threads() == baseline
@@ -296,8 +296,9 @@ def test_tansu_stop_is_quick_with_a_connected_client(
     with socket.create_connection(("127.0.0.1", broker.port)):
         started = time.monotonic()
         broker.stop()
-        # SIGTERM would make Tansu wait 5 s for this client; stop() must not.
-        assert time.monotonic() - started < 2
+        # SIGTERM would make Tansu wait 5 s for this client; stop() must not (the bound leaves
+        # a loaded machine room for the exit and the reap, and stays below those 5 s).
+        assert time.monotonic() - started < 4.5
     assert broker.last_returncode == 0
 
 
@@ -381,7 +382,7 @@ def test_tansu_explicit_port_in_use(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        broker = TansuBroker(port=port, log_dir=tmp_path, startup_timeout=5)
+        broker = TansuBroker(port=port, log_dir=tmp_path, startup_timeout=60)
         with pytest.raises(DevBrokerError, match="in use"):
             broker.start()
 
@@ -403,7 +404,7 @@ def stolen_port(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
 
 
 def test_tansu_free_port_race_is_retried(tmp_path: Path, stolen_port: int) -> None:
-    with TansuBroker(log_dir=tmp_path, startup_timeout=5) as broker:
+    with TansuBroker(log_dir=tmp_path, startup_timeout=60) as broker:
         assert broker.port != stolen_port
         assert broker.running
 

@@ -96,8 +96,8 @@ async def test_a_retriable_error_out_of_time_surfaces_as_abortable(
     transaction block reports TransactionAbortableError — do not resend, abort — and the same
     producer commits the next transaction."""
     topic = new_topic(proxy)
-    async with producer(proxy, f"retriable-{uuid.uuid4().hex[:8]}", request_timeout_ms=1000,
-                        delivery_timeout_ms=2500) as p:
+    async with producer(proxy, f"retriable-{uuid.uuid4().hex[:8]}", request_timeout_ms=5000,
+                        delivery_timeout_ms=15_000) as p:
         refusal = proxy.faults.refuse_produce_request(ErrorCode.NOT_ENOUGH_REPLICAS)
         error = await unit_of_work(p, topic, [b"refused"])
         assert refusal.hits >= 2  # retried, not failed at the first answer

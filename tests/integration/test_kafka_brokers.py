@@ -173,13 +173,14 @@ async def leader_killed_mid_stream(cluster: KafkaCluster) -> None:
 async def test_restart_keeps_data_and_producer_state(
     kafka_factory: Callable[..., KafkaCluster], how: str
 ) -> None:
-    cluster = kafka_factory(brokers=1)
+    # stop_timeout: a controlled shutdown cut short by a kill would exit -9, not 143
+    cluster = kafka_factory(brokers=1, stop_timeout=120)
     topic = f"restart-{how}"
     cluster.create_topic(topic, 2)
     first, second = 600, 600
     async with Producer(bootstrap_servers=cluster.bootstrap, acks="all",
                         enable_idempotence=True, linger_ms=2, batch_size=2048,
-                        request_timeout_ms=5000, delivery_timeout_ms=60_000,
+                        request_timeout_ms=5000, delivery_timeout_ms=300_000,
                         reconnect_backoff_ms=50, reconnect_backoff_max_ms=500) as producer:
         futures = [await producer.send(topic, f"{n}".encode(), key=f"key-{n % KEYS}".encode())
                    for n in range(first)]
@@ -190,6 +191,7 @@ async def test_restart_keeps_data_and_producer_state(
         stop = cluster.stop_broker if how == "sigterm" else cluster.kill_broker
         code = await asyncio.to_thread(stop, 1)
         # records sent while the node is down wait in the producer, then go to the new process
+        # (delivery.timeout.ms covers the JVM's start, bounded by 120 s, with room to spare)
         futures += [await producer.send(topic, f"{n}".encode(), key=f"key-{n % KEYS}".encode())
                     for n in range(first, first + second)]
         await asyncio.to_thread(cluster.start_broker, 1)
@@ -201,7 +203,7 @@ async def test_restart_keeps_data_and_producer_state(
     assert not failed, list(failed.items())[:3]
     log = [(r.partition, r.offset, int(r.value or b"-1"))
            for r in await asyncio.to_thread(read_back, cluster.bootstrap, topic,
-                                            expected=first + second, timeout=30, settle=0.5)]
+                                            expected=first + second, timeout=120, settle=0.5)]
     check_exactly_once(log, acked, failed, first + second)
     # Kafka kept our producer state: the same producer id and epoch carried on, no reset
     assert (after.producer_id, after.producer_epoch) == (before.producer_id,

@@ -29,6 +29,7 @@ from aiokprod.records.compression import CompressionType
 from support.processes import frozen
 from support.reader import read_back
 from support.scripted_broker import ScriptedBroker, ScriptedRequest
+from support.waits import eventually
 
 # ---- helpers ----------------------------------------------------------------------------------
 
@@ -137,12 +138,12 @@ async def test_dead_bootstrap_server_does_not_hold_up_the_first_send(
     """Idempotence on (the default): the producer id and the first ack come from the live
     server at once, wherever the refused address is listed (before: every record expired
     at delivery.timeout.ms when it came first, and a whole request.timeout.ms passed when it came
-    second). Those are 60 s and 30 s here, the bound 5 s."""
+    second). Those are 240 s and 120 s here, the bound 30 s."""
     topic = new_topic()
     dead = f"127.0.0.1:{closed_port()}"
     servers = [dead, tansu.bootstrap] if position == "first" else [tansu.bootstrap, dead]
     producer = Producer(bootstrap_servers=",".join(servers), linger_ms=0,
-                        delivery_timeout_ms=60_000, request_timeout_ms=30_000)
+                        delivery_timeout_ms=240_000, request_timeout_ms=120_000)
     await producer.start()
     try:
         start = time.monotonic()
@@ -150,7 +151,7 @@ async def test_dead_bootstrap_server_does_not_hold_up_the_first_send(
         elapsed = time.monotonic() - start
         print(f"dead server listed {position}: first ack after {elapsed:.2f} s")
         assert meta.offset == 0
-        assert elapsed < 5.0, f"first send acked after {elapsed:.2f} s"
+        assert elapsed < 30.0, f"first send acked after {elapsed:.2f} s"
     finally:
         await producer.close(timeout=5)
     assert [r.value for r in read_back(tansu.bootstrap, topic, expected=1)] == [b"first"]
@@ -160,11 +161,14 @@ async def test_silent_bootstrap_server_first_does_not_hold_up_the_first_send(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
     """A server that accepts TCP and never answers, listed first: it costs the dial stagger,
-    not socket.connection.setup.timeout.ms (10 s) nor request.timeout.ms (30 s)."""
+    not socket.connection.setup.timeout.ms (120 s here) nor request.timeout.ms (120 s); the
+    bound is 30 s."""
     topic = new_topic()
     async with silent_server() as silent:
         producer = Producer(bootstrap_servers=f"127.0.0.1:{silent.port},{tansu.bootstrap}",
-                            linger_ms=0, delivery_timeout_ms=60_000, request_timeout_ms=30_000)
+                            linger_ms=0, delivery_timeout_ms=240_000, request_timeout_ms=120_000,
+                            socket_connection_setup_timeout_ms=120_000,
+                            socket_connection_setup_timeout_max_ms=120_000)
         await producer.start()
         try:
             start = time.monotonic()
@@ -172,7 +176,7 @@ async def test_silent_bootstrap_server_first_does_not_hold_up_the_first_send(
             elapsed = time.monotonic() - start
             print(f"silent server listed first: first ack after {elapsed:.2f} s")
             assert meta.offset == 0
-            assert elapsed < 5.0, f"first send acked after {elapsed:.2f} s"
+            assert elapsed < 30.0, f"first send acked after {elapsed:.2f} s"
             assert len(silent.connections) >= 1  # it was tried, and not waited for
         finally:
             await producer.close(timeout=5)
@@ -182,11 +186,13 @@ async def test_hanging_tcp_connect_first_does_not_hold_up_the_first_send(
     tansu: TansuBroker, new_topic: Callable[..., str]
 ) -> None:
     """A bootstrap address whose SYNs go unanswered, listed first: the same bound (the dial
-    stagger, not the 10 s set-up timeout)."""
+    stagger, not the set-up timeout, 120 s here)."""
     topic = new_topic()
     with syn_dropping_port() as port:
         producer = Producer(bootstrap_servers=f"127.0.0.1:{port},{tansu.bootstrap}",
-                            linger_ms=0, delivery_timeout_ms=60_000, request_timeout_ms=30_000)
+                            linger_ms=0, delivery_timeout_ms=240_000, request_timeout_ms=120_000,
+                            socket_connection_setup_timeout_ms=120_000,
+                            socket_connection_setup_timeout_max_ms=120_000)
         await producer.start()
         try:
             start = time.monotonic()
@@ -194,7 +200,7 @@ async def test_hanging_tcp_connect_first_does_not_hold_up_the_first_send(
             elapsed = time.monotonic() - start
             print(f"hanging connect listed first: first ack after {elapsed:.2f} s")
             assert meta.offset == 0
-            assert elapsed < 5.0, f"first send acked after {elapsed:.2f} s"
+            assert elapsed < 30.0, f"first send acked after {elapsed:.2f} s"
         finally:
             await producer.close(timeout=5)
 
@@ -247,7 +253,7 @@ async def test_acks0_against_a_stalled_broker_blocks_at_buffer_memory(
             assert isinstance(error, BufferExhaustedError)
             assert sent < 8 << 20, sent  # 1 MiB of pool plus what the kernel buffers hold
             # max.block.ms (1.5 s, honoured: never less), not request.timeout.ms (30 s)
-            assert 1.3 < blocked_for < 10.0, blocked_for
+            assert 1.3 < blocked_for < 20.0, blocked_for
             assert peak < 12 << 20, peak
     finally:
         await producer.close(timeout=10)
@@ -280,12 +286,18 @@ async def test_missing_topic_is_not_asked_for_after_the_send_failed() -> None:
             start = time.monotonic()
             with pytest.raises(KafkaTimeoutError, match="max.block.ms=1500"):
                 await producer.send("missing", b"v")
-            assert 1.45 < time.monotonic() - start < 6.0  # max.block.ms=1500, not never
+            assert 1.45 < time.monotonic() - start < 30.0  # max.block.ms=1500, not never
             asked_while_waiting = len(metadata_requests())
             # ~30 at one per retry.backoff.ms (fewer on a loaded machine), against one
             # per metadata.max.age.ms for a topic no send waits for
             assert asked_while_waiting >= 3
-            await asyncio.sleep(0.5)  # the refresh under way when it failed may still land
+            # the refresh under way when it failed may still land, and one asked for while the
+            # send waited may still go out after its backoff: wait until the metadata task has
+            # nothing asked for and its last attempt answered
+            cluster = producer._cluster
+            assert cluster is not None
+            await eventually(lambda: not cluster._update_requested.is_set()
+                             and cluster._last_refresh >= cluster._last_attempt, 60)
             after = len(metadata_requests())
             await asyncio.sleep(1.5)
             later = metadata_requests()[after:]
@@ -316,16 +328,30 @@ async def test_unused_topic_expires_and_its_state_is_pruned(
         assert old in producer._partitioner._topics
         assert any(f"topic={old}" in k for k in producer.metrics())
         assert producer._estimator.estimation(old, gzip) != 1.0
+        # measured from the cluster's own stamp of the last use to the moment it expires the
+        # topic: however long the checks above take (they never yield, so the topic cannot
+        # expire before the callback is in place), the measure stays the timer's
+        last_used = cluster.tracked_topics()[old]
+        expired_at: list[float] = []
+
+        def expired(topics: list[str]) -> None:
+            if old in topics:
+                expired_at.append(time.monotonic())
+
+        cluster.on_topics_expired.append(expired)
         start = time.monotonic()
         i = 0
-        while old in cluster.view.topics and time.monotonic() - start < 15:
+        while not expired_at and time.monotonic() - start < 60:
             await producer.send_and_wait(busy, b"busy-%d" % i)  # the other topic stays used
             i += 1
             await asyncio.sleep(0.1)
-        expired_after = time.monotonic() - start
+        assert expired_at, "not expired after 60 s"
+        expired_after = expired_at[0] - last_used
         print(f"topic expired {expired_after:.2f} s after its last use")
-        assert old not in cluster.view.topics, "not expired after 15 s"
-        assert 4.5 < expired_after < 9.0  # 5 s, a timer it honours (never less)
+        assert old not in cluster.view.topics
+        # 5 s, a timer it honours (never less); the upper bound: not never, with room for a
+        # loaded machine's late timers
+        assert 5.0 <= expired_after < 30.0, expired_after
         assert old not in cluster.tracked_topics() and busy in cluster.view.topics
         # the accumulator holds nothing of it: the partition object that stays (one per
         # partition, shared with idempotence) is the written partition's, for its sequence
@@ -359,12 +385,12 @@ async def test_connections_idle_for_connections_max_idle_ms_are_closed(
         await producer.send_and_wait(topic, b"before")
         assert established_to(tansu.port) >= 1
         start = time.monotonic()
-        while established_to(tansu.port) and time.monotonic() - start < 15:  # noqa: ASYNC110
+        while established_to(tansu.port) and time.monotonic() - start < 60:  # noqa: ASYNC110
             await asyncio.sleep(0.05)  # polls /proc: no event to wait for
         closed_after = time.monotonic() - start
         print(f"idle connections closed {closed_after:.2f} s after the last request")
-        assert established_to(tansu.port) == 0, "idle connections still open after 15 s"
-        assert closed_after < 6.0  # 1 s, not never (the default would be 9 min)
+        assert established_to(tansu.port) == 0, "idle connections still open after 60 s"
+        assert closed_after < 20.0  # 1 s, not never (the default would be 9 min)
         assert producer._cluster is not None
         assert producer._cluster.statistics().idle_closed >= 1
         await asyncio.wait_for(producer.send_and_wait(topic, b"after"), 30)
@@ -402,7 +428,7 @@ async def test_setup_timeout_bounds_a_hanging_tcp_connect() -> None:
     abandoned at socket.connection.setup.timeout.ms and the send fails at max.block.ms, naming
     the set-up timeout."""
     with syn_dropping_port() as port:
-        producer = Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=1500,
+        producer = Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=3000,
                             socket_connection_setup_timeout_ms=300,
                             socket_connection_setup_timeout_max_ms=300,
                             request_timeout_ms=30_000, enable_idempotence=False)
@@ -411,12 +437,16 @@ async def test_setup_timeout_bounds_a_hanging_tcp_connect() -> None:
             start = time.monotonic()
             with pytest.raises(KafkaTimeoutError, match="socket.connection.setup.timeout.ms"):
                 await producer.send("t", b"v")
-            assert time.monotonic() - start < 10  # max.block.ms=1500, not the 30 s request timeout
+            # max.block.ms=3000, not the 30 s request timeout
+            assert time.monotonic() - start < 20
             cluster = producer._cluster
             assert cluster is not None
             failed = cluster.statistics().failed_connects
-            print(f"hanging connect: {failed} attempts abandoned within max.block.ms=1500")
-            assert 2 <= failed <= 6, failed  # ~300 ms each plus backoff, not one 30 s wait
+            print(f"hanging connect: {failed} attempts abandoned within max.block.ms=3000")
+            # ~300 ms each plus a backoff of 50, 100, 200, ... ms: 5 in 3 s (at most 6 by
+            # 3 s with every jitter short, 12 by 9.9 s should the failure come late), not one
+            # 30 s wait
+            assert 2 <= failed <= 12, failed
         finally:
             await producer.close(timeout=5)
 

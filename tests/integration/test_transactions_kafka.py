@@ -90,7 +90,7 @@ async def test_committed_records_are_visible_exactly_once_and_aborted_ones_only_
                         isolation_level="read_committed")
     assert _values(records) == sorted(committed)  # exactly once, no aborted record
     # the "boom" transaction's records may or may not have left before the abort failed them
-    uncommitted = read_back(kafka.bootstrap, topic, expected=60, settle=0.5, timeout=10,
+    uncommitted = read_back(kafka.bootstrap, topic, expected=60, settle=0.5, timeout=60,
                             isolation_level="read_uncommitted")
     aborted = {f"a-{i}".encode() for i in range(20)}
     assert aborted <= {r.value for r in uncommitted}
@@ -230,16 +230,17 @@ async def test_close_with_an_open_transaction_aborts_it(
     kafka: KafkaCluster, kafka_topic: Callable[..., str], transaction_version: int
 ) -> None:
     topic = kafka_topic()
-    first = _producer(kafka, _txn_id())
+    first = _producer(kafka, _txn_id(), transaction_timeout_ms=300_000)
     await first.start()
     first.begin_transaction()
     await (await first.send(topic, b"left-open"))  # written in an open transaction
-    await first.close(timeout=10)
+    await first.close(timeout=60)
     async with _producer(kafka, _txn_id()) as second, second.transaction():
         await second.send(topic, b"committed")
     # left open, the first transaction would hold read_committed readers back until
-    # transaction.timeout.ms (60 s): the committed record would not be readable now
-    records = read_back(kafka.bootstrap, topic, expected=1, timeout=8, settle=0.3)
+    # transaction.timeout.ms (300 s): the committed record would not be readable within the
+    # reader's 120 s
+    records = read_back(kafka.bootstrap, topic, expected=1, timeout=120, settle=0.3)
     assert _values(records) == [b"committed"]
 
 

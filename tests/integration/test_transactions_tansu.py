@@ -50,7 +50,7 @@ async def test_commit_and_abort_complete_on_tansu(
         assert producer._txn.transactions_aborted == 1
         assert producer._txn.state is TransactionState.READY
     # Tansu does not hide the aborted ones: only count that everything committed arrived
-    records = read_back(tansu.bootstrap, topic, expected=26, timeout=10,
+    records = read_back(tansu.bootstrap, topic, expected=26, timeout=60,
                         isolation_level="read_uncommitted")
     values = {r.value for r in records}
     assert {f"c-{i}".encode() for i in range(20)} | {b"c-last"} <= values
