@@ -591,9 +591,11 @@ class KafkaCluster:
         argv.insert(1, "-Xmx128m")
         return argv
 
-    def _format_all(self, timeout: float = 60.0) -> None:
+    def _format_all(self, timeout: float = 300.0) -> None:
         """``kafka-storage format`` with our cluster id (and SCRAM users, secure shape), on every
-        node at once: each run is a JVM start (~0.7 s), so in parallel they cost one."""
+        node at once: each run is a JVM start (~0.7 s), so in parallel they cost one. The
+        bound is far above that: a benchmark run at the lowest priority beside two suites
+        once took over 60 s to format one node."""
         running: list[tuple[_Node, subprocess.Popen[bytes]]] = []
         try:
             for node in self._nodes.values():

@@ -87,7 +87,7 @@ async def test_sender_writes_nothing_while_paused_and_resumes_when_woken(
         transport.resume()
         await asyncio.wait_for(asyncio.gather(*futures), 60)
         # woken by on_writable, not by a timer: the next one due is delivery.timeout.ms (120 s)
-        assert time.monotonic() - resumed < 5.0
+        assert time.monotonic() - resumed < 30.0
         assert node.count(PRODUCE) > produced
 
 
