@@ -43,59 +43,86 @@ async def _fill(bootstrap: str, topic: str, count: int) -> list[bytes]:
     return values
 
 
+# Runs the example with its producer's commit wrapped: the commit after the first N ones flushes
+# the transaction's records (on the broker, uncommitted; the offsets were already sent), says
+# so, and stops the process (SIGSTOP) before committing. The test used to stop the copier itself
+# on reading its "committing" line, and a loaded machine often let it commit first.
+_STOPPING_COPIER = """
+import os, runpy, signal, sys
+from aiokprod import Producer
+
+after = int(os.environ["COPIER_STOP_AFTER_COMMITS"])
+commit, commits = Producer.commit_transaction, 0
+
+
+async def commit_or_stop(self):
+    global commits
+    if commits == after:
+        await self.flush()
+        print("stopped in an open transaction", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    commits += 1
+    await commit(self)
+
+
+Producer.commit_transaction = commit_or_stop
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def _copier(bootstrap: str, source: str, sink: str, group: str, consumer: str,
-            instance: str, idle_s: int = 3) -> subprocess.Popen[str]:
+            instance: str, idle_s: int = 3,
+            stop_after_commits: int | None = None) -> subprocess.Popen[str]:
     env = dict(os.environ, COPIER_INSTANCE=instance, COPIER_IDLE_S=str(idle_s))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    return subprocess.Popen([sys.executable, str(EXAMPLE), bootstrap, source, sink, group,
-                             consumer], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    run: list[str] = [str(EXAMPLE)]
+    if stop_after_commits is not None:
+        env["COPIER_STOP_AFTER_COMMITS"] = str(stop_after_commits)
+        run = ["-c", _STOPPING_COPIER, str(EXAMPLE)]
+    return subprocess.Popen([sys.executable, *run, bootstrap, source, sink, group, consumer],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
 
 
-def _stop_in_an_open_transaction(process: subprocess.Popen[str], bootstrap: str, sink: str,
-                                 at_least: int, timeout: float) -> int:
-    """Let the copier commit ``at_least`` records, then stop it (SIGSTOP) in a transaction
-    whose records are on the broker, uncommitted: stopped after its "committing" line (offsets
-    sent, commit not yet), a read_uncommitted reader sees more than was committed and a
-    read_committed one no more. Returns the records committed."""
+def _stopped_in_an_open_transaction(process: subprocess.Popen[str], bootstrap: str,
+                                    sink: str, timeout: float) -> int:
+    """Wait until the copier has stopped itself in a transaction (``_STOPPING_COPIER``); check
+    that a read_uncommitted reader sees more than was committed and a read_committed one no
+    more. Returns the records committed."""
     assert process.stdout is not None
+    # read from the pipe itself: a buffered readline() may hold the next lines while select()
+    # sees the pipe empty
+    fd = process.stdout.fileno()
     lines: list[str] = []
+    pending = b""
     deadline = time.monotonic() + timeout
-    committed = 0
-    while True:
+    while "stopped in an open transaction" not in lines:
         remaining = deadline - time.monotonic()
-        assert remaining > 0, f"the copier did not get to {at_least} records: {lines[-5:]}"
-        ready, _, _ = select.select([process.stdout], [], [], remaining)
-        if not ready:
+        assert remaining > 0, f"the copier did not stop in a transaction: {lines[-5:]}"
+        if not select.select([fd], [], [], remaining)[0]:
             continue
-        line = process.stdout.readline()
-        assert line, f"the copier exited (rc={process.wait()}): {lines[-10:]}"
-        lines.append(line.rstrip())
-        if line.startswith("committed "):
-            committed = int(line.split("(")[1].split()[0])
-        if not (line.startswith("committing ") and committed >= at_least):
-            continue
-        process.send_signal(signal.SIGSTOP)
-        # it may have run on before the signal landed: take what it printed meanwhile
-        while select.select([process.stdout], [], [], 0)[0]:
-            more = process.stdout.readline()
-            if not more:
-                break
-            lines.append(more.rstrip())
-        done = [x for x in lines if x.startswith("committed ")]
-        committed = int(done[-1].split("(")[1].split()[0])
-        # (a reader slowed by a busy machine must not make an open transaction look shut:
-        # the first read returns as soon as a record beyond the committed ones is there,
-        # the second reads every partition to its end)
-        open_now = lines[-1].startswith("committing ") and len(read_back(
-            bootstrap, sink, expected=committed + 1, timeout=20,
-            isolation_level="read_uncommitted")) > committed and len(read_back(
-                # no EndTxn went out before the stop: nothing beyond is committed
-                bootstrap, sink, expected=committed, timeout=60, settle=1.0,
-                isolation_level="read_committed")) == committed
-        if open_now:
-            return committed
-        process.send_signal(signal.SIGCONT)  # past it, or not delivered yet: the next batch
+        chunk = os.read(fd, 65536)
+        assert chunk, f"the copier exited (rc={process.wait()}): {lines[-10:]}"
+        *complete, pending = (pending + chunk).split(b"\n")
+        lines.extend(line.decode(errors="replace").rstrip() for line in complete)
+    while _state(process.pid) != "T":  # stopped: nothing more is sent or committed
+        assert time.monotonic() < deadline, f"the copier is {_state(process.pid)}, not stopped"
+        time.sleep(0.01)
+    done = [x for x in lines if x.startswith("committed ")]
+    committed = int(done[-1].split("(")[1].split()[0])
+    uncommitted = read_back(bootstrap, sink, expected=committed + 1, timeout=60,
+                            isolation_level="read_uncommitted")
+    assert len(uncommitted) > committed, (len(uncommitted), committed)
+    visible = read_back(bootstrap, sink, expected=committed, timeout=60, settle=1.0,
+                        isolation_level="read_committed")
+    assert len(visible) == committed, (len(visible), committed)
+    return committed
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2]
 
 
 @pytest.mark.parametrize("consumer", ["aiokafka", "confluent"])
@@ -110,12 +137,12 @@ def test_a_copier_killed_mid_way_and_restarted_copies_every_record_once(
     group = f"copier-{uuid.uuid4().hex[:8]}"
     instance = f"{group}-1"
 
-    # stopped (SIGSTOP) while the readers look, up to 7 s at a time, and always killed: its idle
-    # exit would count the stop as idleness and end it before it can be caught mid-way
-    first = _copier(kafka.bootstrap, source, sink, group, consumer, instance, idle_s=300)
+    # it stops itself in its fourth transaction and is killed there: its idle exit would count
+    # the stop as idleness
+    first = _copier(kafka.bootstrap, source, sink, group, consumer, instance, idle_s=300,
+                    stop_after_commits=3)
     try:
-        committed = _stop_in_an_open_transaction(first, kafka.bootstrap, sink, 600,
-                                                 timeout=90)
+        committed = _stopped_in_an_open_transaction(first, kafka.bootstrap, sink, timeout=120)
     finally:
         first.send_signal(signal.SIGKILL)  # mid-way, in a transaction
         first.wait(10)
