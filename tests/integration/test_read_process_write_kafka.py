@@ -29,6 +29,7 @@ from confluent_kafka import Consumer
 from aiokprod import ConsumerGroupMetadata, Producer
 from aiokprod.producer.transactional.group_metadata import to_group_metadata
 from support.kafka_cluster import KafkaCluster
+from support.processes import threads_stopped
 from support.reader import read_back
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,8 +107,8 @@ def _stopped_in_an_open_transaction(process: subprocess.Popen[str], bootstrap: s
         assert chunk, f"the copier exited (rc={process.wait()}): {lines[-10:]}"
         *complete, pending = (pending + chunk).split(b"\n")
         lines.extend(line.decode(errors="replace").rstrip() for line in complete)
-    while _state(process.pid) != "T":  # stopped: nothing more is sent or committed
-        assert time.monotonic() < deadline, f"the copier is {_state(process.pid)}, not stopped"
+    while not threads_stopped(process.pid):  # stopped: nothing more is sent or committed
+        assert time.monotonic() < deadline, "the copier said it stopped, and did not"
         time.sleep(0.01)
     done = [x for x in lines if x.startswith("committed ")]
     committed = int(done[-1].split("(")[1].split()[0])
@@ -118,11 +119,6 @@ def _stopped_in_an_open_transaction(process: subprocess.Popen[str], bootstrap: s
                         isolation_level="read_committed")
     assert len(visible) == committed, (len(visible), committed)
     return committed
-
-
-def _state(pid: int) -> str:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rfind(")") + 2]
 
 
 @pytest.mark.parametrize("consumer", ["aiokafka", "confluent"])

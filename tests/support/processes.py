@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ChildProcess", "child_processes", "frozen", "pid_alive", "stop_all_threads"]
+__all__ = ["ChildProcess", "child_processes", "frozen", "pid_alive", "stop_all_threads",
+           "threads_stopped"]
 
 _PROC = Path("/proc")
 
@@ -63,7 +64,7 @@ def pid_alive(pid: int) -> bool:
     return stat is not None and stat[0] != "Z"
 
 
-def _threads_stopped(pid: int) -> bool:
+def threads_stopped(pid: int) -> bool:
     """Every thread of ``pid`` is stopped ("T") or gone."""
     try:
         tasks = list((_PROC / str(pid) / "task").iterdir())
@@ -88,7 +89,7 @@ def stop_all_threads(pid: int, timeout: float = 10.0) -> None:
     """
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + timeout
-    while not _threads_stopped(pid):
+    while not threads_stopped(pid):
         if time.monotonic() > deadline:
             raise AssertionError(f"process {pid} did not stop within {timeout} s of SIGSTOP")
         time.sleep(0.001)
