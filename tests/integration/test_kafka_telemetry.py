@@ -23,6 +23,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.telemetry.subscription import TelemetrySchedule
 from support.kafka_cluster import KafkaCluster
 from support.kafka_fixtures import KafkaFactory
+from support.waits import eventually
 
 SINK = Path(__file__).resolve().parent / "java" / "TelemetrySink.java"
 PREFIX = "org.apache.kafka.producer."
@@ -159,16 +160,11 @@ async def test_waiting_for_the_next_push_the_loop_sleeps_through_cluster_changes
     async with Producer(cluster.bootstrap, client_id="changes",
                         metadata_max_age_ms=100) as producer:
         await (await producer.send(topic, b"x"))
-        deadline = time.monotonic() + 30
-        while producer.client_instance_id() is None:  # the subscription's answer
-            assert time.monotonic() < deadline, "no client instance id within 30 s"
-            await asyncio.sleep(0.05)
+        # the subscription's answer
+        await eventually(lambda: producer.client_instance_id() is not None, 30)
         # no subscription matches this client: the next request is minutes away (the
         # broker's default interval), so no turn of the loop is due until then
         turns_before, changes_before = turns, changes
-        deadline = time.monotonic() + 60
-        while changes - changes_before < 10:
-            assert time.monotonic() < deadline, f"{changes - changes_before} changes in 60 s"
-            await asyncio.sleep(0.05)
+        await eventually(lambda: changes - changes_before >= 10, 60)
         assert turns == turns_before, f"{turns - turns_before} turns for " \
             f"{changes - changes_before} cluster changes"
