@@ -10,7 +10,9 @@ Facts that matter when writing tests against it:
 * Broker ids are 1..N. The listeners live in a thread of *this* process; ``close()`` joins it.
 * It does NOT deduplicate idempotent batches: a batch re-sent with a sequence already
   written is appended again (see ``test_mock_cluster_does_not_deduplicate`` in the fixture
-  tests). Use Tansu or real Kafka to prove exactly-once; use the mock for fault handling.
+  tests). Nor does it check sequences: a batch after a gap is written, so with several
+  requests in flight a retried batch can land after a later one. Use Tansu or real Kafka to
+  prove exactly-once and order with requests pipelined; use the mock for fault handling.
 * CreateTopics is not served; topics come from ``create_topic`` (or client auto-create).
 * This API is marked experimental by librdkafka; signatures below were checked against
   rdkafka_mock.h of the 2.x series and the symbols exported by the bundled library.
