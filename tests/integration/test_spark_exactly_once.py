@@ -277,27 +277,55 @@ def test_a_job_failing_upstream_leaves_nothing_visible(
 def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None) -> None:
-    """transaction.timeout.ms 4 s, and partition 1's upstream stalls for 12 s after its first
-    Arrow batch, so the transactions are too old when the driver would commit: the write fails
-    saying so (a sink committing per task committed partition 0 and, 12 s later, partition
-    1), and nothing is visible. The stall is 9 s over the sink's bound (timeout less its
-    margin) because partition 0's sink may begin its transaction seconds after partition 1
-    stalls on a loaded machine: 5 s once left it young enough to commit (CI)."""
+    """transaction.timeout.ms 4 s, and partition 1's upstream stalls for 8 s once partition
+    0's sink has its 2,000 rows in the log (read_uncommitted: the high watermarks), so partition
+    0's transaction, begun before them, is at least 8 s old when the driver would commit,
+    after partition 1's task: the write fails saying so (a sink committing per task committed
+    partition 0 and, later, partition 1), and nothing is visible — partition 1's transaction,
+    young, is aborted too.
+
+    Partition 1's own sink cannot be the old one: pyspark's worker writes mapInArrow's output
+    into a 64 KB buffered socket file, flushed at the end, not per batch (without
+    SPARK_PIPELINED_UDF), so the upstream's first Arrow batch (about 8 KB) reaches that sink
+    only when the stall ends: measured, its transaction began 12.5 s after a 12 s stall did.
+    So a fixed 12 s stall from the upstream's first batch relied on partition 0's sink
+    beginning within 9 s of it, which one loaded run (a fresh clone beside another) did not:
+    DID NOT RAISE."""
     topic = kafka_topic(partitions=2)
+    bootstrap = kafka.bootstrap
+    partition_0_rows = 2000
+
     def slow_partition_1(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import time as clock
 
+        from confluent_kafka import Consumer, TopicPartition
         from pyspark import TaskContext
+
+        def partition_0_in_log() -> None:
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "aiokprod-stall",
+                                 "log_level": 3})
+            try:
+                deadline = clock.monotonic() + 300
+                while sum(consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                         timeout=30)[1]
+                          for p in (0, 1)) < partition_0_rows:
+                    if clock.monotonic() > deadline:
+                        raise AssertionError("partition 0's rows never reached the log")
+                    clock.sleep(0.1)
+            finally:
+                consumer.close()
+
         context = TaskContext.get()
         for i, batch in enumerate(batches):
             if context is not None and context.partitionId() == 1 and i == 1:
-                clock.sleep(12)
+                partition_0_in_log()
+                clock.sleep(8)
             yield batch
 
     with pytest.raises(Exception, match="outlasted transaction.timeout.ms=4000"):
-        save(_through_upstream(spark, slow_partition_1, 4000), kafka.bootstrap, topic,
+        save(_through_upstream(spark, slow_partition_1, 4000), bootstrap, topic,
              **{"kafka.transaction.timeout.ms": "4000"})
-    _only_a_later_write_is_visible(spark, kafka.bootstrap, topic, 5000, "the write")
+    _only_a_later_write_is_visible(spark, bootstrap, topic, 5000, "the write")
 
 
 def test_the_driver_dying_between_two_commits_and_a_rerun_give_every_row_once(
