@@ -38,6 +38,23 @@ pytest.importorskip("uvicorn")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _pool_limits(connections: int) -> httpx.Limits:
+    """A client pool that never closes a connection by itself.
+
+    httpx closes a pooled connection idle for ``keepalive_expiry`` (5 s by default), or one
+    above ``max_keepalive_connections``, in whichever request's task next looks at the pool,
+    and httpcore 1.0.9 does that even to a connection it has already handed to another
+    request that has not started on it yet (encode/httpcore#1110): when that request starts
+    in between (the closing task yields after each connection it closes), its connection is
+    closed under it and it fails with ReadError, after the server may have had the whole
+    request. On a loaded machine a starved client loop leaves an assigned connection that
+    long: 8 of 5,000 requests failed so, within 40 requests of each other. No expiry, and room
+    to keep every connection, so the pool never closes one; the server keeps them too
+    (``--timeout-keep-alive`` in ``uvicorn_app``)."""
+    return httpx.Limits(max_connections=connections, max_keepalive_connections=connections,
+                        keepalive_expiry=None)
+
+
 @contextmanager
 def uvicorn_app(bootstrap: str, *, loop: str = "asyncio", log_path: Path,
                 **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
@@ -80,7 +97,7 @@ async def _load(url: str, topic: str, n: int, concurrency: int, *, prefix: str =
         queue.put_nowait(i)
     per_client = 5
     n_clients = -(-concurrency // per_client)
-    limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
+    limits = _pool_limits(per_client)
     clients = [httpx.AsyncClient(base_url=url, limits=limits, timeout=90)
                for _ in range(n_clients)]
 
