@@ -199,7 +199,9 @@ def test_stalled_broker_503_healthz_fast_then_recovers(tansu_factory, tmp_path) 
 
 
 async def _stall_scenario(url: str, topic: str, broker_pid: int) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+    # 20 stalled posts and the /healthz poll share this client: the same pool as the load's
+    # (_pool_limits), so finishing posts cannot close the poll's connection under it
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=_pool_limits(25)) as client:
         response = await client.post(f"/events/{topic}", content=b"before")
         assert response.status_code == 200, response.text
         with frozen(broker_pid):
