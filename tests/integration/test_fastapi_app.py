@@ -47,10 +47,9 @@ def _pool_limits(connections: int) -> httpx.Limits:
     request that has not started on it yet (encode/httpcore#1110): when that request starts
     in between (the closing task yields after each connection it closes), its connection is
     closed under it and it fails with ReadError, after the server may have had the whole
-    request. On a loaded machine a starved client loop leaves an assigned connection that
-    long: 8 of 5,000 requests failed so, within 40 requests of each other. No expiry, and room
-    to keep every connection, so the pool never closes one; the server keeps them too
-    (``--timeout-keep-alive`` in ``uvicorn_app``)."""
+    request. A starved client loop on a loaded machine leaves an assigned connection that
+    long. No expiry, and room to keep every connection, so the pool never closes one; the
+    server keeps them too (``--timeout-keep-alive`` in ``uvicorn_app``)."""
     return httpx.Limits(max_connections=connections, max_keepalive_connections=connections,
                         keepalive_expiry=None)
 

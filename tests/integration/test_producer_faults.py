@@ -146,9 +146,9 @@ async def test_mock_cluster_leader_moves_and_injected_errors(
     # request of a partition could be written while an earlier one, refused by an injected
     # error, waited for its retry: then the earlier batch failed (F2: it can no longer follow
     # in order) or, left possibly written by REQUEST_TIMED_OUT, was written after it. Kafka
-    # refuses the later request instead. Which happened depended on how fast the answers came,
-    # so the test failed on a loaded machine only. Order with five in flight is the chaos
-    # tests' (faults shaped for the mock) and the Kafka tests' to prove.
+    # refuses the later request instead; which happened depended on how fast the answers came.
+    # Order with five in flight is the chaos tests' (faults shaped for the mock) and the Kafka
+    # tests' to prove.
     results = await _produce_keyed(mock_cluster.bootstrap, topic, 2000, fault,
                                    max_in_flight_requests_per_connection=1)
     _check_order_and_completeness(mock_cluster.bootstrap, topic, results)

@@ -278,22 +278,21 @@ def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
         small_arrow_batches: None) -> None:
     """transaction.timeout.ms 4 s, and partition 1's upstream stalls for 8 s once partition
-    0's sink has its 2,000 rows in the log (read_uncommitted: the high watermarks), so partition
-    0's transaction, begun before them, is at least 8 s old when the driver would commit,
-    after partition 1's task: the write fails saying so (a sink committing per task committed
+    0's sink has its rows in the log (read_uncommitted: the high watermarks), so partition 0's
+    transaction, begun before them, is at least 8 s old when the driver would commit, after
+    partition 1's task: the write fails saying so (a sink committing per task committed
     partition 0 and, later, partition 1), and nothing is visible — partition 1's transaction,
     young, is aborted too.
 
-    Partition 1's own sink cannot be the old one: pyspark's worker writes mapInArrow's output
-    into a 64 KB buffered socket file, flushed at the end, not per batch (without
-    SPARK_PIPELINED_UDF), so the upstream's first Arrow batch (about 8 KB) reaches that sink
-    only when the stall ends: measured, its transaction began 12.5 s after a 12 s stall did.
-    So a fixed 12 s stall from the upstream's first batch relied on partition 0's sink
-    beginning within 9 s of it, which one loaded run (a fresh clone beside another) did not:
-    DID NOT RAISE."""
+    Partition 1's own sink cannot be the old one, whatever the stall: pyspark's worker writes
+    mapInArrow's output into a 64 KB buffered socket file, flushed at the end, not per batch
+    (without SPARK_PIPELINED_UDF), so the upstream's first Arrow batch (about 8 KB) reaches
+    that sink only when the stall ends. A stall timed from the upstream's first batch would
+    race partition 0's sink starting."""
     topic = kafka_topic(partitions=2)
     bootstrap = kafka.bootstrap
-    partition_0_rows = 2000
+    rows = 4000
+    partition_0_rows = rows // 2  # frame() spreads the rows evenly over the two partitions
 
     def slow_partition_1(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import time as clock
@@ -323,7 +322,7 @@ def test_a_write_outlasting_the_transaction_timeout_fails_and_leaves_nothing(
             yield batch
 
     with pytest.raises(Exception, match="outlasted transaction.timeout.ms=4000"):
-        save(_through_upstream(spark, slow_partition_1, 4000), bootstrap, topic,
+        save(_through_upstream(spark, slow_partition_1, rows), bootstrap, topic,
              **{"kafka.transaction.timeout.ms": "4000"})
     _only_a_later_write_is_visible(spark, bootstrap, topic, 5000, "the write")
 
