@@ -58,19 +58,29 @@ def _free_port() -> int:
         return port
 
 
-def _kill_and_restart(broker: TansuBroker, topic: str) -> float:
+def _kill_and_restart(broker: TansuBroker, topic: str) -> None:
     """SIGKILL the (frozen) broker: nothing flushed, no goodbye to clients; start a fresh
-    process on the same port and create the topic again. Returns the monotonic time it serves
-    again."""
+    process on the same port and create the topic again."""
     assert broker.pid is not None
     os.kill(broker.pid, signal.SIGKILL)
     broker.stop()  # reaps the killed process
     broker.start()
-    restarted = time.monotonic()
     # a Produce may auto-create the topic first (same partition count): then it exists
     with contextlib.suppress(DevBrokerError):
         broker.create_topic(topic, PARTITIONS)
-    return restarted
+
+
+async def _acknowledgements_of_the_frozen_broker_taken() -> None:
+    """Let the event loop take in what the frozen broker said before it stopped.
+
+    Its answers are in our sockets already (on loopback a write lands in the reader's buffer
+    before it returns, and every thread of the broker has stopped). Three turns of the loop
+    read them, run the Produce callbacks and then the records' done-callbacks (six leave
+    room), so each record the old process acknowledged is stamped before the restart is, and
+    each one stamped after it was acknowledged by the new process.
+    """
+    for _ in range(6):
+        await asyncio.sleep(0)
 
 
 async def _until_on_the_wire(producer: Producer, topic: str, partitions: list[int]) -> None:
@@ -118,7 +128,11 @@ async def _stream(broker: TansuBroker, topic: str, *, one_partition: bool) -> tu
             if n - FROZEN_RECORDS in RESTARTS_AT:
                 await _until_on_the_wire(producer, topic, [0] if one_partition else
                                          list(range(PARTITIONS)))
-                restarted.append(await asyncio.to_thread(_kill_and_restart, broker, topic))
+                await _acknowledgements_of_the_frozen_broker_taken()
+                # stamped here, before the new process starts: an acknowledgement can come
+                # from it as soon as it serves, before the thread below returns
+                restarted.append(time.monotonic())
+                await asyncio.to_thread(_kill_and_restart, broker, topic)
             future = await producer.send(topic, str(n).encode(), key=f"key-{n % KEYS}".encode(),
                                          partition=0 if one_partition else None)
             future.add_done_callback(functools.partial(record, n))
