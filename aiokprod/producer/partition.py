@@ -227,8 +227,11 @@ class PartitionProducer(Generic[B]):
     def retrying(self) -> bool:
         """While a partition retries, it has one batch in flight at a time (idempotence.md 2c).
         Read from the entries (``InFlightEntry.retried``): at most the broker's window of them."""
-        in_flight = self.in_flight
-        return bool(in_flight) and any(entry.retried for entry in in_flight)
+        # a loop, not any() over a generator: asked for every batch drained
+        for entry in self.in_flight:  # noqa: SIM110
+            if entry.retried:
+                return True
+        return False
 
     def joined(self, transaction: int) -> bool:
         """Part of transaction number ``transaction`` as the coordinator sees it: adding
@@ -379,7 +382,10 @@ class PartitionProducer(Generic[B]):
         if self.last_acked_sequence < 0 or sequence_precedes(self.last_acked_sequence, last):
             self.last_acked_sequence = last
         if base_offset >= 0:
-            self.last_acked_offset = max(self.last_acked_offset, base_offset + record_count - 1)
+            last_offset = base_offset + record_count - 1
+            # an `if`, not max(): no builtin call per acknowledged batch
+            if last_offset > self.last_acked_offset:  # noqa: PLR1730
+                self.last_acked_offset = last_offset
 
     def drop_resolved(self) -> int:
         """Forget unresolved ranges the broker has confirmed past (docs/idempotence.md step 1a).
@@ -504,13 +510,16 @@ class PartitionProducer(Generic[B]):
         the producer id or epoch changed since this partition's numbering."""
         if self.unresolved:
             return False  # step 2a
-        if self.in_flight and not self.leader_holds_state:
+        in_flight = self.in_flight
+        if not in_flight:
+            return self.in_flight_limit > 0
+        if not self.leader_holds_state:
             return False  # F1: a partition's first batches, one at a time until acknowledged
+        if stale:
+            return False  # step 2b: old-epoch batches still in flight
         if self.retrying:
             return False  # step 2c: retries go first, one at a time
-        if stale and self.in_flight:
-            return False  # step 2b: old-epoch batches still in flight
-        return len(self.in_flight) < self.in_flight_limit  # KIP-1269
+        return len(in_flight) < self.in_flight_limit  # KIP-1269
 
     def forget_leader_state_if_idle(self, now: float) -> None:
         """F1, when a new batch is numbered: after LEADER_STATE_IDLE_S with nothing held, the
@@ -657,11 +666,16 @@ class PartitionProducer(Generic[B]):
         for a batch that already expired: its success resolves it (step 1a). Returns the
         held batches it overtook (F2), taken out of flight: they must fail."""
         self.off_wire(batch)  # answered (a batch that expired on the wire included)
-        entry = self.entry_for(batch)
+        in_flight = self.in_flight
         earlier: list[InFlightEntry] = []
-        if entry is not None:
-            earlier = self.in_flight[:self.in_flight.index(entry)]
-            self.remove(entry)
+        entry: InFlightEntry | None
+        if in_flight and in_flight[0].batch is batch:
+            entry = in_flight.pop(0)  # the usual answer: for the oldest batch held
+        else:
+            entry = self.entry_for(batch)
+            if entry is not None:
+                earlier = in_flight[:in_flight.index(entry)]
+                self.remove(entry)
         doomed: Doomed = []
         if batch.base_sequence >= 0 and self.speaks_of_current_numbering(entry, batch):
             self.leader_holds_state = True  # it checks our sequences from now on (B4)

@@ -38,6 +38,7 @@ __all__ = [
 #: Largest sequence number; the next one is 0 (the header field is a signed int32).
 MAX_SEQUENCE = 2**31 - 1
 _SEQUENCE_SPACE = 2**31
+_HALF_SEQUENCE_SPACE = _SEQUENCE_SPACE // 2
 #: Largest producer epoch (int16). Bumping past it needs a new producer id.
 MAX_PRODUCER_EPOCH = 2**15 - 1
 #: Header values of a batch that has not been stamped by idempotence yet.
@@ -58,7 +59,8 @@ def _out_of_range(seq: int) -> ValueError:
     return ValueError(f"sequence must be within 0..{MAX_SEQUENCE}, got {seq}")
 
 
-# The range checks are inline: these run several times per batch.
+# The range checks are inline, and none of these calls another: they run several times per
+# batch.
 def increment_sequence(seq: int, n: int) -> int:
     """``seq + n`` in sequence space: past 2**31-1 it continues at 0, as the broker expects."""
     if not 0 <= seq <= MAX_SEQUENCE:
@@ -72,7 +74,9 @@ def last_sequence(base_sequence: int, record_count: int) -> int:
     """Sequence of the last record of a batch (wrap-aware); the broker acknowledges this one."""
     if record_count < 1:
         raise ValueError(f"a batch holds at least one record, got {record_count}")
-    return increment_sequence(base_sequence, record_count - 1)
+    if not 0 <= base_sequence <= MAX_SEQUENCE:
+        raise _out_of_range(base_sequence)
+    return (base_sequence + record_count - 1) % _SEQUENCE_SPACE
 
 
 def sequence_distance(start: int, end: int) -> int:
@@ -91,8 +95,11 @@ def sequence_precedes(a: int, b: int) -> bool:
     in-flight-limit batches, far less than half the space, so "less than half the space ahead"
     is an unambiguous "later" even across the 2**31-1 → 0 wrap.
     """
-    d = sequence_distance(a, b)
-    return 0 < d < _SEQUENCE_SPACE // 2
+    if not 0 <= a <= MAX_SEQUENCE:
+        raise _out_of_range(a)
+    if not 0 <= b <= MAX_SEQUENCE:
+        raise _out_of_range(b)
+    return 0 < (b - a) % _SEQUENCE_SPACE < _HALF_SEQUENCE_SPACE
 
 
 @runtime_checkable

@@ -9,6 +9,8 @@ them.
 
 from __future__ import annotations
 
+import functools
+import struct
 from typing import Any
 
 from aiokprod.errors import ProtocolError
@@ -29,19 +31,30 @@ def encode_request(
     """The complete frame for ``request``: size prefix, request header (v1 or v2), body.
 
     The body's chunks (including pre-built records) are joined once, so each records buffer
-    is copied exactly one time, into the returned frame.
+    is copied exactly one time, into the returned frame. Of the header only the api key,
+    version and correlation id change from one request to the next: the rest is encoded once
+    per client id (``_header_tail``), as every Produce request pays for it.
     """
-    header = RequestHeader(
-        request_api_key=request.API_KEY,
-        request_api_version=version,
-        correlation_id=correlation_id,
-        client_id=client_id,
-    )
-    out: list[Chunk] = [b""]
-    header.write(out, request.header_version(version))
+    out: list[Chunk] = [b"", _header_tail(client_id, request.header_version(version))]
     request.write(out, version)
-    out[0] = INT32.pack(sum(map(len, out)))
+    out[0] = _SIZE_AND_HEADER_START.pack(
+        _HEADER_START_SIZE + sum(map(len, out)), request.API_KEY, version, correlation_id)
     return b"".join(out)
+
+
+# size prefix, then the header's api key, api version and correlation id
+_SIZE_AND_HEADER_START = struct.Struct(">ihhi")
+_HEADER_START_SIZE = 8
+
+
+@functools.lru_cache(maxsize=64)
+def _header_tail(client_id: str | None, header_version: int) -> bytes:
+    """The request header's bytes after the correlation id (client id, tagged fields), as the
+    generated encoder writes them."""
+    out: list[Chunk] = []
+    RequestHeader(request_api_key=0, request_api_version=0, correlation_id=0,
+                  client_id=client_id).write(out, header_version)
+    return b"".join(out)[_HEADER_START_SIZE:]
 
 
 def decode_response_header(frame: memoryview | bytes, header_version: int) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -432,10 +433,13 @@ class RecordAccumulator:
             meta = view.topics.get(topic)
             if feed is not None and meta is not None:
                 # KIP-794: the adaptive partitioner steers new records away from long queues
-                feed(topic, [(p, meta.leader(p) if meta.leader(p) >= 0 else None,
-                              len(parts[p].batches) - parts[p].drain_index
-                              if p in parts else 0)
-                             for p in meta.partition_ids])
+                sizes = []
+                for p in meta.partition_ids:
+                    leader_of = meta.leader(p)
+                    queue = parts.get(p)
+                    sizes.append((p, leader_of if leader_of >= 0 else None,
+                                  0 if queue is None else len(queue.batches) - queue.drain_index))
+                feed(topic, sizes)
             for partition, queue in parts.items():
                 first = queue.head()
                 if first is None:
@@ -617,9 +621,13 @@ class RecordAccumulator:
             f"(delivery.timeout.ms={int(self._delivery_timeout * 1000)})")
 
     def next_expiry_delay(self, now: float) -> float:
-        heads = (q.head() for parts in self._queues.values() for q in parts.values())
-        oldest = min((h.created_at for h in heads if h is not None), default=None)
-        return float("inf") if oldest is None else max(0.0, oldest + self._delivery_timeout - now)
+        oldest = math.inf  # a loop, not generators: it runs at every wake-up of the sender
+        for parts in self._queues.values():
+            for queue in parts.values():
+                head = queue.head()
+                if head is not None and head.created_at < oldest:
+                    oldest = head.created_at
+        return math.inf if oldest == math.inf else max(0.0, oldest + self._delivery_timeout - now)
 
     # ---- flush / close -------------------------------------------------------------------
 

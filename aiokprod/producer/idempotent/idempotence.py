@@ -327,24 +327,26 @@ class IdempotenceManager:
             if not p.retry_allowed(entry):
                 raise IllegalStateError(f"{p.topic}-{p.partition}: retry of sequence "
                                         f"{batch.base_sequence} is not allowed now (step 2c)")
-            self._maybe_restart(p)
+            self._maybe_restart(p, self._is_stale(p))
             return
         now = self._clock()
-        if not p.new_batch_allowed(now, self._is_stale(p)):
+        stale = self._is_stale(p)
+        if not p.new_batch_allowed(now, stale):
             raise IllegalStateError(f"{p.topic}-{p.partition}: a new batch may not be sent now "
                                     f"(step 2); ask its partition's verdict first")
         p.forget_leader_state_if_idle(now)
-        self._maybe_restart(p)
+        if stale:  # a partition that is not has nothing to restart (``restart_due``)
+            self._maybe_restart(p, stale)
         p.number(batch, ids.producer_id, ids.producer_epoch)
 
-    def _maybe_restart(self, p: PartitionProducer[Any]) -> None:
+    def _maybe_restart(self, p: PartitionProducer[Any], stale: bool) -> None:
         """Step 3: a stale partition starts again at 0 once no old-epoch batch can interfere.
 
         It asked for the reset: its held batches are renumbered (nothing is on the wire, which
         the callers ensured). It did not: only once it holds nothing at all, so batches that
         may already be written finish under the old epoch, where the broker de-duplicates them.
         """
-        if not p.restart_due(self._is_stale(p)):
+        if not p.restart_due(stale):
             return
         if p.producer_id != NO_PRODUCER_ID:
             self._sequence_resets += 1  # the first start is not a reset

@@ -203,14 +203,15 @@ class ProduceExchange:
                           p: ProduceResponse.PartitionProduceResponse,
                           endpoints: list[BrokerNode], now: float) -> None:
         idem = self._idem
-        if idem is not None:
+        window = topic.producer_state_batches_to_retain
+        if idem is not None and window > 0 and window != batch.owner.in_flight_limit:
+            # KIP-1269: the topic's window on this leader (Produce v14+; 5 when absent).
+            # Only the current leader's answers count: a late one from a former leader
+            # must not raise the window again after a leader change put it back to 5.
             owner = batch.owner
             meta = self._cluster.view.topics.get(owner.topic)
             if meta is not None and meta.leader(owner.partition) == node:
-                # KIP-1269: the topic's window on this leader (Produce v14+; 5 when absent).
-                # Only the current leader's answers count: a late one from a former leader
-                # must not raise the window again after a leader change put it back to 5.
-                idem.on_response_batches_to_retain(owner, topic.producer_state_batches_to_retain)
+                idem.on_response_batches_to_retain(owner, window)
         code = p.error_code
         if code == _NONE:
             self._outcomes.complete(batch, p.base_offset, p.log_append_time_ms)
