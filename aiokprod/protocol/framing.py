@@ -33,7 +33,7 @@ def encode_request(
     The body's chunks (including pre-built records) are joined once, so each records buffer
     is copied exactly one time, into the returned frame. Of the header only the api key,
     version and correlation id change from one request to the next: the rest is encoded once
-    per client id (``_header_tail``), as every Produce request pays for it.
+    per client id (``_header_tail``), not for every request.
     """
     out: list[Chunk] = [b"", _header_tail(client_id, request.header_version(version))]
     request.write(out, version)
