@@ -120,8 +120,8 @@ async def test_unknown_topic_times_out_after_max_block() -> None:
                     for t in req.body.topics or []]))
 
     # max.block.ms is far above a metadata round trip (milliseconds), so the producer asks
-    # again after retry.backoff.ms however slow the machine: 400 ms left a loaded run one
-    # round trip (connection, ApiVersions, Metadata) and no second question
+    # again after retry.backoff.ms however slow the machine: a starved first round
+    # (connection, ApiVersions, Metadata) can take most of a second
     async with ScriptedBroker(handler=unknown_topic) as broker, \
             Producer(bootstrap_servers=f"127.0.0.1:{broker.port}", max_block_ms=3000,
                      retry_backoff_ms=50) as producer:

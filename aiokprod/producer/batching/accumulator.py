@@ -627,7 +627,7 @@ class RecordAccumulator:
                 head = queue.head()
                 if head is not None and head.created_at < oldest:
                     oldest = head.created_at
-        return math.inf if oldest == math.inf else max(0.0, oldest + self._delivery_timeout - now)
+        return max(0.0, oldest + self._delivery_timeout - now)  # inf when nothing is queued
 
     # ---- flush / close -------------------------------------------------------------------
 
