@@ -1,4 +1,5 @@
-"""The Apache Kafka fixture itself: what it does when the loopback port it picked is gone."""
+"""The Apache Kafka fixture itself: what it does when the loopback port it picked is gone, and
+that it keeps what the tests write however old its timestamps."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
+from aiokprod import Producer
 from support import kafka_cluster
 from support.kafka_cluster import KafkaCluster, KafkaJars
+from support.reader import read_back
+from support.waits import eventually
 
 
 @pytest.fixture
@@ -48,3 +53,35 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
         assert cluster.running_node_ids() == list(range(1, brokers + 1))
     finally:
         cluster.stop()
+
+
+async def test_records_stamped_years_ago_outlive_the_retention_check(kafka_jars: KafkaJars) -> None:
+    """Many tests write fixed timestamps from 2023 and read them back. Under Kafka's default
+    7-day retention the broker's check (every 5 minutes, from 30 s after start) deleted such
+    records between a test's write and its read-back (a run on 2026-12-05 read back 0 of 300).
+    Here the check runs every 100 ms from the start; a topic with its own 1 s retention shows
+    when it has run, twice, over every log, and the fixture's default topic keeps its records."""
+    config = {"log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "100"}
+    old = 1_700_000_000_000
+    with KafkaCluster(kafka_jars, broker_config=config) as kafka:
+        kafka.create_topic("kept")
+        kafka.create_topic("expiring", config={"retention.ms": "1000"})
+        consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "watermarks"})
+        try:
+            def log_start(topic: str) -> int:
+                low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+                return int(low)
+
+            async with Producer(bootstrap_servers=kafka.bootstrap) as producer:
+                for topic in ("kept", "expiring"):
+                    for i in range(10):
+                        await producer.send(topic, value=b"v%d" % i, timestamp_ms=old + i)
+                await producer.flush()
+                await eventually(lambda: log_start("expiring") == 10, timeout=120)
+                # one more pass, wholly after the one above, has been over "kept" too
+                await (await producer.send("expiring", value=b"v", timestamp_ms=old))
+                await eventually(lambda: log_start("expiring") == 11, timeout=120)
+            assert log_start("kept") == 0
+            assert len(read_back(kafka.bootstrap, "kept", expected=10)) == 10
+        finally:
+            consumer.close()

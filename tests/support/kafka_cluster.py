@@ -532,6 +532,10 @@ class KafkaCluster:
             "background.threads": "2",
             "log.segment.bytes": str(64 * 1024 * 1024),
             "delete.topic.enable": "true",
+            # Tests write records stamped years ago (fixed timestamps); under the default 7-day
+            # retention the broker's check (every 5 min, from 30 s after start) deletes them
+            # while a test is reading them back. Nothing here expires unless a topic says so.
+            "log.retention.ms": "-1",
         }
         props.update(self._security_props())
         props.update(self._broker_config)
