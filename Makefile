@@ -28,7 +28,7 @@ TIER_MARKS := -m 'not slow and not static'
 # proves each property at its full count (tests/support/examples.py), these at a tenth of it.
 TIER_EXAMPLES := AIOKPROD_EXAMPLES_FRACTION=0.1
 
-.PHONY: test test-main test-beside test-caches test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
+.PHONY: test test-main test-beside test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
 	docs bench bench-spark clean
 
 # setup.py builds the native extension (aiokprod/_native) in place when a compiler exists
@@ -60,7 +60,7 @@ endif
 	$(PY) tools/gen_error_docs.py --check
 	$(VENV)/bin/ruff check aiokprod tests tools benchmarks examples setup.py
 	$(VENV)/bin/mypy
-	@$(MAKE) --no-print-directory -j3 test-main test-beside test-caches
+	@$(MAKE) --no-print-directory -j2 test-main test-beside
 
 # The main run's pytest-xdist workers. Whole files go to a worker (--dist loadfile), so a
 # file's module fixtures (a private cluster, a Spark session) start once; each worker starts
@@ -77,15 +77,6 @@ test-main: $(STAMP)
 	@echo "== main run: the whole suite on $$($(PY) -V), native path, $(MAIN_WORKERS) workers;" \
 		"beside it, in $(BESIDE_LOG): the other Pythons' tiers and the pure-Python pass"
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) -n $(MAIN_WORKERS) --dist loadfile --no-loadscope-reorder
-
-# The third lane: the slow one-time builds of cold caches (the test registry, the older Kafka
-# releases), done beside the test runs rather than by the worker that first needs them
-# (tests/support/warm_caches.py). It decides nothing: a test waits on the cache's lock as it
-# would for another run, and reports any failure itself.
-CACHES_LOG := .test-caches.log
-test-caches: $(STAMP)
-	@cd tests && ../$(PY) -m support.warm_caches >../$(CACHES_LOG) 2>&1; \
-	echo "== caches warmed beside the runs ($(CACHES_LOG)):"; sed 's/^/   /' ../$(CACHES_LOG)
 
 BESIDE_LOG := .test-beside.log
 test-beside: $(STAMP)
@@ -166,5 +157,5 @@ bench-spark: $(STAMP)
 	$(PY) benchmarks/spark_sink.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-* build site *.egg-info .mypy_cache .ruff_cache .pytest_cache $(BESIDE_LOG) $(CACHES_LOG) \
+	rm -rf $(VENV) .venv-* build site *.egg-info .mypy_cache .ruff_cache .pytest_cache $(BESIDE_LOG) \
 		aiokprod/_native/*.so aiokprod/_native/*.c
