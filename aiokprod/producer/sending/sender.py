@@ -6,7 +6,7 @@ accumulator which nodes are ready → keep those with a live connection and room
 are handled in the connection's callback, synchronously: batches complete, are retried in
 sequence order after a backoff, split, or fail — then the sender is woken to send more.
 
-It sleeps on a single timer per wake-up (``waker.Waker``), woken early by: a new or full batch, a
+It sleeps on at most one pending timer (``waker.Waker``), woken early by: a new or full batch, a
 response, a connection that opened, new metadata, flush and close. There is no timer per record
 or per batch. Building a Produce request and reading its answer are the job of a
 ``produce_exchange.ProduceExchange`` the sender owns; what each outcome does to its batch is
@@ -189,11 +189,15 @@ class Sender:
     async def _run(self) -> None:
         # no catch-all here: an unexpected exception ends the task and the supervisor turns the
         # producer fatal, failing every record with that cause (see supervisor.py)
-        while True:
-            if self._closing and not self._acc.has_incomplete() and not self._acc.on_wire():
-                return
-            delay = self._run_once(self._clock())
-            await self._waker.sleep(delay)
+        try:
+            while True:
+                if self._closing and not self._acc.has_incomplete() and \
+                        not self._acc.on_wire():
+                    return
+                delay = self._run_once(self._clock())
+                await self._waker.sleep(delay)
+        finally:
+            self._waker.close()
 
     def _run_once(self, now: float) -> float:
         acc = self._acc
