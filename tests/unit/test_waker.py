@@ -31,6 +31,17 @@ def _count_timers(loop: asyncio.AbstractEventLoop) -> list[asyncio.TimerHandle]:
     return handles
 
 
+async def _woken_at_once(delay: float) -> tuple[Waker, list[asyncio.TimerHandle]]:
+    """A waker whose sleep of ``delay`` was ended at once by wake(), its timer left pending;
+    with the timers it asked for."""
+    loop = asyncio.get_running_loop()
+    waker = Waker()
+    timers = _count_timers(loop)
+    loop.call_soon(waker.wake)
+    await waker.sleep(delay)
+    return waker, timers
+
+
 async def test_a_sleep_of_no_delay_is_one_turn_of_the_loop_without_a_timer() -> None:
     waker = Waker()
     timers = _count_timers(asyncio.get_running_loop())
@@ -51,10 +62,7 @@ async def test_a_wake_before_the_sleep_skips_it() -> None:
 
 async def test_a_pending_timer_serves_a_later_deadline_and_ends_it_no_later() -> None:
     loop = asyncio.get_running_loop()
-    waker = Waker()
-    timers = _count_timers(loop)
-    loop.call_soon(waker.wake)
-    await waker.sleep(0.2)  # woken at once; its timer stays pending
+    waker, timers = await _woken_at_once(0.2)  # its timer stays pending
     assert len(timers) == 1 and not timers[0].cancelled()
     first_deadline = timers[0].when()
     await asyncio.wait_for(waker.sleep(3600), timeout=30)  # a later deadline: the same timer
@@ -66,10 +74,7 @@ async def test_a_pending_timer_serves_a_later_deadline_and_ends_it_no_later() ->
 
 async def test_an_earlier_deadline_replaces_the_pending_timer() -> None:
     loop = asyncio.get_running_loop()
-    waker = Waker()
-    timers = _count_timers(loop)
-    loop.call_soon(waker.wake)
-    await waker.sleep(3600)
+    waker, timers = await _woken_at_once(3600)
     await asyncio.wait_for(waker.sleep(0.05), timeout=30)
     assert len(timers) == 2
     assert timers[0].cancelled() and not timers[1].cancelled()
@@ -89,11 +94,7 @@ async def test_a_sleep_without_deadline_ends_only_when_woken() -> None:
 
 
 async def test_close_cancels_the_pending_timer() -> None:
-    loop = asyncio.get_running_loop()
-    waker = Waker()
-    timers = _count_timers(loop)
-    loop.call_soon(waker.wake)
-    await waker.sleep(3600)
+    waker, timers = await _woken_at_once(3600)
     waker.close()
     assert len(timers) == 1 and timers[0].cancelled()
 
