@@ -29,13 +29,12 @@ _INF = float("inf")
 class Waker:
     """The sender's sleeps, woken early by ``wake()``; at most one pending timer."""
 
-    __slots__ = ("_future", "_loop", "_timer", "_timer_at", "woken")
+    __slots__ = ("_future", "_loop", "_timer", "woken")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._future: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = _INF  # the pending timer's loop time
+        self._timer: asyncio.TimerHandle | None = None  # pending, or None
         self.woken = False  # a wake() arrived while not sleeping: skip the next sleep
 
     def wake(self) -> None:
@@ -60,11 +59,11 @@ class Waker:
             return
         if delay != _INF:
             at = loop.time() + delay
-            if at < self._timer_at:
-                if self._timer is not None:
-                    self._timer.cancel()
+            timer = self._timer
+            if timer is None or at < timer.when():
+                if timer is not None:
+                    timer.cancel()
                 self._timer = loop.call_at(at, self._on_timer)
-                self._timer_at = at
         future = self._future = loop.create_future()
         try:
             await future
@@ -76,11 +75,9 @@ class Waker:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-            self._timer_at = _INF
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._timer_at = _INF
         future = self._future
         if future is not None and not future.done():
             future.set_result(None)
