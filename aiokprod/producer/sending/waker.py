@@ -1,4 +1,4 @@
-"""The sender's sleep: a future per sleep, ended by ``wake()`` or by the one pending timer.
+"""The sender's sleep: a turn of the loop, or a future ended by ``wake()`` or the one timer.
 
 The sender sleeps until the delay ``ready()`` computed, unless something wakes it first (a
 new or full batch, a response, a connection that opened, new metadata, flush, close).
