@@ -31,11 +31,16 @@ TIER_EXAMPLES := AIOKPROD_EXAMPLES_FRACTION=0.1
 .PHONY: test test-main test-beside test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
 	docs bench bench-spark clean
 
-# setup.py builds the native extension (aiokprod/_native) in place when a compiler exists
+# setup.py builds the native extension (aiokprod/_native) in place when a compiler exists.
+# The venvs are filled by uv (pip's resolver and install, in parallel and without byte-compiling
+# ahead: 31 s from empty caches where pip takes 58, most of it pyspark, which PyPI has only as
+# source); pip stays in each venv for what users run (the example venvs' tests install with uv
+# what the example's `pip install` line names: tests/support/example_venv.py).
+UV := $(VENV)/bin/uv
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	test -x $(PY) || { py=$$($(FIND_PYTHON) '$(PYTHON)') && "$$py" -m venv $(VENV); }
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	test -x $(UV) || $(PY) -m pip install -q --disable-pip-version-check uv
+	$(UV) pip install -q -p $(PY) --upgrade-package pip pip -e '.[test]'
 	touch $(STAMP)
 
 # The generated files, ruff and mypy; then two runs side by side (make -j2): the whole suite,
@@ -121,11 +126,11 @@ test-python-%:
 	echo "== Python $*: $(TIER_TESTS)" && \
 	$(TIER_EXAMPLES) .venv-$*/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(TIER_TESTS)
 
-# only what the tiers need (the `test-tiers` extra), not Spark, the docs toolchain or linters
-.venv-%/.installed-stamp: pyproject.toml setup.py $(NATIVE_SOURCES)
+# only what the tiers need (the `test-tiers` extra), not Spark, the docs toolchain or linters;
+# installed by .venv's uv
+.venv-%/.installed-stamp: pyproject.toml setup.py $(NATIVE_SOURCES) | $(STAMP)
 	test -x .venv-$*/bin/python || { py=$$($(FIND_PYTHON) $*) && "$$py" -m venv .venv-$*; }
-	.venv-$*/bin/python -m pip install -q --upgrade pip
-	.venv-$*/bin/python -m pip install -q -e '.[test-tiers]'
+	$(UV) pip install -q -p .venv-$*/bin/python -e '.[test-tiers]'
 	touch $@
 
 demo: $(STAMP)
