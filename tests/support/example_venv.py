@@ -114,7 +114,8 @@ def _source_files() -> list[Path]:
 
 
 def _wheel(cache: Path) -> Path:
-    """A wheel of the work tree, built once per content of its sources (~8 s)."""
+    """A wheel of the work tree, built once per content of its sources (seconds: setuptools
+    reuses the objects the editable install compiled into ``build/``)."""
     key = _digest(*(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes()
                     for p in _source_files()))
     directory = cache / "wheels" / key
@@ -123,8 +124,8 @@ def _wheel(cache: Path) -> Path:
         if (directory / _MARKER).is_file() and wheels:
             return wheels[0]
         shutil.rmtree(directory, ignore_errors=True)
-        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(directory),
-              str(ROOT)], "building a wheel of the work tree", 600)
+        _run([_uv(), "build", "--wheel", "-q", "-o", str(directory), str(ROOT)],
+             "building a wheel of the work tree", 600)
         (directory / _MARKER).write_text("")
         # other contents' wheels are of no further use: keep the directory small
         for other in (cache / "wheels").iterdir():
