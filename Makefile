@@ -32,10 +32,10 @@ TIER_EXAMPLES := AIOKPROD_EXAMPLES_FRACTION=0.1
 	docs bench bench-spark clean
 
 # setup.py builds the native extension (aiokprod/_native) in place when a compiler exists.
-# The venvs are filled by uv (pip's resolver and install, in parallel and without byte-compiling
-# ahead: 31 s from empty caches where pip takes 58, most of it pyspark, which PyPI has only as
-# source); pip stays in each venv for what users run (the example venvs' tests install with uv
-# what the example's `pip install` line names: tests/support/example_venv.py).
+# The venvs are filled by uv, a pip-compatible installer that downloads and builds in parallel
+# and does not byte-compile ahead: 31 s from empty caches where pip took 58, most of either
+# pyspark, which PyPI has only as source. pip stays in each venv for what users run; the example
+# tests install with uv what an example's `pip install` line names (tests/support/example_venv.py).
 UV := $(VENV)/bin/uv
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	test -x $(PY) || { py=$$($(FIND_PYTHON) '$(PYTHON)') && "$$py" -m venv $(VENV); }

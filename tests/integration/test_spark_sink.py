@@ -4,6 +4,13 @@ One SparkSession serves every Spark test file (``spark``, from ``support.spark_f
 ``local[2,2]``, so a failed task is retried once). Records are read back with confluent-kafka
 (``support.reader``), not with anything of ours. The exactly-once mode's tests are in
 ``test_spark_exactly_once.py`` (Apache Kafka: Tansu does not hide aborted records).
+
+A new topic's partitions are written by one Spark task here: Tansu 0.6.0 can lose one of two
+idempotent producers' first batches to a new partition when they arrive together (it acknowledges
+both; a reader finds only the later one). librdkafka's producers meet it too: 1 of 60 rounds of
+two producers writing 250 records each into a new partition, none of 80 once the partition held a
+record, none of 80 without idempotence. Several tasks writing at once are tested against Apache
+Kafka (``test_spark_exactly_once.py``, ``test_spark_cluster.py``).
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ def _save(df: DataFrame, bootstrap: str, topic: str | None = None, **options: st
     writer.mode("append").save()
 
 
-def _key_value_frame(spark: SparkSession, rows: int, partitions: int = 2) -> DataFrame:
+def _key_value_frame(spark: SparkSession, rows: int, partitions: int = 1) -> DataFrame:
     # 100-byte values: the id, then padding
     return spark.range(0, rows, 1, partitions).selectExpr(
         "cast(cast(id as string) as binary) as key",
@@ -88,7 +95,7 @@ def test_batch_write_1m_rows(spark: SparkSession, tansu: TansuBroker,
                              new_topic: Callable[..., str]) -> None:
     topic = new_topic(partitions=3)
     rows = 1_000_000
-    _save(_key_value_frame(spark, rows, partitions=4), tansu.bootstrap, topic,
+    _save(_key_value_frame(spark, rows), tansu.bootstrap, topic,
           **{"kafka.batch.size": "262144"})
     records = read_back(tansu.bootstrap, topic, expected=rows, timeout=180, settle=0.5)
     _check_key_values(records, rows)
@@ -118,7 +125,7 @@ def test_columns_are_preserved(spark: SparkSession, tansu: TansuBroker,
             if i % 3 else None,
             base + dt.timedelta(seconds=i),
         ))
-    _save(spark.createDataFrame(data, schema).repartition(2), tansu.bootstrap)
+    _save(spark.createDataFrame(data, schema).coalesce(1), tansu.bootstrap)
     got = {}
     for topic in (first, second):
         for r in read_back(tansu.bootstrap, topic, expected=20, timeout=30, settle=0.3):
@@ -153,7 +160,7 @@ def test_constant_timestamp_goes_through_send_many(
         spark: SparkSession, tansu: TansuBroker, new_topic: Callable[..., str]) -> None:
     """One timestamp for a whole batch (e.g. current_timestamp()) still sets each record's."""
     topic = new_topic()
-    df = spark.range(500).selectExpr("cast(id as string) as value",
+    df = spark.range(0, 500, 1, 1).selectExpr("cast(id as string) as value",
                                      "timestamp'2023-01-02 03:04:05.678' as timestamp")
     _save(df, tansu.bootstrap, topic)
     records = read_back(tansu.bootstrap, topic, expected=500, settle=0.3)
@@ -171,7 +178,7 @@ def test_streaming_rate_source_over_several_micro_batches(
     topic = new_topic(partitions=2)
     query = (
         spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", 500).option("numPartitions", 2).load()
+        .option("rowsPerBatch", 500).option("numPartitions", 1).load()
         .selectExpr("cast(cast(value as string) as binary) as key",
                     "cast(value as string) as value", "timestamp")
         .writeStream.format("aiokprod")
