@@ -28,7 +28,7 @@ TIER_MARKS := -m 'not slow and not static'
 # proves each property at its full count (tests/support/examples.py), these at a tenth of it.
 TIER_EXAMPLES := AIOKPROD_EXAMPLES_FRACTION=0.1
 
-.PHONY: test test-main test-beside test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
+.PHONY: test test-caches test-suite test-main test-beside test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
 	docs bench bench-spark clean
 
 # setup.py builds the native extension (aiokprod/_native) in place when a compiler exists.
@@ -43,6 +43,20 @@ $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(UV) pip install -q -p $(PY) --upgrade-package pip pip -e '.[test]'
 	touch $(STAMP)
 
+# Two lanes from the start: one fills the caches the Apache Kafka and Schema Registry fixtures
+# need (support.warm_caches, on the Python that makes .venv: Maven on the core uv leaves idle;
+# nothing when they are complete), the other makes .venv and runs the suite. A fixture that
+# gets to a cache first waits on its lock for that lane, so the suite never waits for the lane
+# as a whole. (A shell job, not make -j2: test-suite's own -j2 would reset the jobserver.)
+test:
+	@$(MAKE) --no-print-directory test-caches & caches=$$!; \
+	$(MAKE) --no-print-directory test-suite; suite=$$?; \
+	wait $$caches; caches=$$?; \
+	if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$caches
+
+test-caches:
+	@py=$$($(FIND_PYTHON) '$(PYTHON)') && cd tests && "$$py" -m support.warm_caches
+
 # The generated files, ruff and mypy; then two runs side by side (make -j2): the whole suite,
 # once, on .venv's Python with the native path (brokers, Spark, the examples in clean venvs and
 # the static checks), and beside it the tiers of every other supported Python followed by the
@@ -50,7 +64,7 @@ $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 # with one core idle, which the CPU-bound tiers fill; the tiers' output goes to
 # $(BESIDE_LOG), summed up when they end and printed whole if they fail. Any pytest exit but 0
 # fails make, 5 (no test ran) included.
-test: $(STAMP)
+test-suite: $(STAMP)
 ifneq ($(origin PYTHON),file)
 	@# PYTHON given on the command line or in the environment: .venv must be that Python
 	@py=$$($(FIND_PYTHON) '$(PYTHON)') && \

@@ -38,7 +38,8 @@ from aiokprod import Producer  # noqa: E402
 from aiokprod.devbroker import TansuBroker  # noqa: E402
 from aiokprod.schema_registry import SchemaRegistryClient  # noqa: E402
 from aiokprod.schema_registry.avro import AvroSerializer  # noqa: E402
-from support.schema_registry_server import RegistryServer, ensure_registry  # noqa: E402
+from support.registry_jar import ensure_registry  # noqa: E402
+from support.schema_registry_server import RegistryServer  # noqa: E402
 
 SCHEMA = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
     {"name": "id", "type": "long"}, {"name": "user", "type": "string"},

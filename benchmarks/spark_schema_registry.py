@@ -72,7 +72,8 @@ def _spark() -> Any:
 
 def run(args: argparse.Namespace) -> None:
     from aiokprod.devbroker import TansuBroker
-    from support.schema_registry_server import RegistryServer, ensure_registry
+    from support.registry_jar import ensure_registry
+    from support.schema_registry_server import RegistryServer
 
     runner = ensure_registry()
     if isinstance(runner, str):

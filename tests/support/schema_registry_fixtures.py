@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from support.kafka_fixtures import unavailable
-from support.schema_registry_server import RegistryServer, ensure_registry
+from support.registry_jar import ensure_registry
+from support.schema_registry_server import RegistryServer
 
 
 @pytest.fixture(scope="session")
