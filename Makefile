@@ -84,14 +84,15 @@ endif
 # The main run's pytest-xdist workers. Whole files go to a worker (--dist loadfile), so a
 # file's module fixtures (a private cluster, a Spark session) start once; each worker starts
 # the session brokers it needs. Most of a file's time is waiting for JVMs, Spark and bounded
-# timeouts, so three files at a time, beside the CPU-bound tiers, fill the cores one did not
-# (with two, the main run went on alone for minutes after the tiers, a core idle:
-# docs/testing.md has both measured).
+# timeouts, so four files at a time, beside the CPU-bound tiers, fill the cores one did not.
+# With two the main run went on alone for minutes after the tiers; with three it was still the
+# longer lane by a minute once uv made the tier venvs quick (582 s against 457 s, cold caches),
+# with four the two lanes end together (552 and 551 s): docs/testing.md has them measured.
 # MAIN_WORKERS=0: one process.
 # --no-loadscope-reorder: files go out in collection order, the longest first (tests/conftest.py);
 # by default pytest-xdist sorts them by their number of tests, which sent the 1-test Spark
 # cluster file (80 s) and the 5-test FastAPI file (160 s) out behind ~70 short files.
-MAIN_WORKERS ?= 3
+MAIN_WORKERS ?= 4
 test-main: $(STAMP)
 	@echo "== main run: the whole suite on $$($(PY) -V), native path, $(MAIN_WORKERS) workers;" \
 		"beside it, in $(BESIDE_LOG): the other Pythons' tiers and the pure-Python pass"

@@ -67,7 +67,7 @@ def pytest_runtest_makereport(
 
 
 # The files that take longest (each 1-6 minutes of a run, most of it waiting for JVMs and
-# Spark), slowest first. `make test` hands whole files to three pytest-xdist workers in
+# Spark), slowest first. `make test` hands whole files to four pytest-xdist workers in
 # collection order (`--no-loadscope-reorder`: xdist's default sorts files by their number of
 # tests instead), so these go first and the many short files fill in beside them; collected
 # last, one of them would run alone at the end. Only the order changes, never what runs.
