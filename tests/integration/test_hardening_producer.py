@@ -27,6 +27,7 @@ from aiokprod.errors import (
 )
 from support.mock_cluster import MockCluster
 from support.reader import read_back
+from support.waits import topic_known
 
 # -- bad input is refused at the boundary and kills nothing ---------------------------------
 
@@ -327,6 +328,7 @@ async def test_an_explicit_partition_beyond_the_cached_metadata_waits_max_block_
     topic = new_topic(partitions=2)
     async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1,
                         max_block_ms=1500) as producer:
+        await topic_known(producer, topic)  # its first metadata is not what is tested
         await producer.send_and_wait(topic, b"v", partition=1)
         cluster = producer._cluster
         assert cluster is not None

@@ -12,6 +12,7 @@ import pytest
 
 from aiokprod import KafkaTimeoutError, Producer, RecordTooLargeError, SerializationError
 from aiokprod.devbroker import TansuBroker
+from support.waits import topic_known
 
 M = "producer-metrics"
 
@@ -63,7 +64,7 @@ async def test_sends_refused_by_send_itself_count_as_record_errors(
     topic = new_topic()
     async with Producer(bootstrap_servers=tansu.bootstrap, max_request_size=10_000,
                         max_block_ms=300) as producer:
-        await producer.partitions_for(topic)
+        await topic_known(producer, topic)  # max.block.ms is for the refusals
         with pytest.raises(RecordTooLargeError):
             await producer.send(topic, b"x" * 20_000)
         with pytest.raises(KafkaTimeoutError):
@@ -85,7 +86,7 @@ async def test_send_many_refusals_count_every_record_of_the_call_as_errors(
 
     async with Producer(bootstrap_servers=tansu.bootstrap, max_request_size=10_000,
                         max_block_ms=300, value_serializer=encode) as producer:  # type: ignore[arg-type]
-        await producer.partitions_for(topic)
+        await topic_known(producer, topic)  # max.block.ms is for the refusals
         with pytest.raises(RecordTooLargeError):
             await producer.send_many(topic, ["ok", "x" * 20_000, "ok"])
         with pytest.raises(SerializationError):

@@ -30,7 +30,7 @@ from aiokprod.errors import (
 from aiokprod.producer.front.sender_turns import SenderTurns
 from aiokprod.records import RecordBatchBuilder
 from support.reader import read_back
-from support.waits import eventually
+from support.waits import eventually, topic_known
 
 Headers = Sequence[tuple[str, bytes | None]] | None
 SendArgs = tuple[str, Any, Any, "int | None", "int | None", Headers]
@@ -189,7 +189,7 @@ async def test_interceptors_are_told_of_failures_send_raises_itself(
     # when it is cancelled 50 ms later, on a loaded machine too
     async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5, max_block_ms=2000,
                         max_request_size=10_000, interceptors=[recorder]) as producer:
-        await producer.partitions_for(topic)
+        await topic_known(producer, topic)
         with pytest.raises(RecordTooLargeError) as too_large:
             await producer.send(topic, b"x" * 20_000)
         with pytest.raises(KafkaTimeoutError) as no_partition:
@@ -305,6 +305,7 @@ async def test_explicit_partition_and_out_of_range_partition(
     topic = new_topic(partitions=2)
     async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=0,
                         max_block_ms=500) as producer:
+        await topic_known(producer, topic)  # its first metadata is not what is tested
         metas = [await producer.send_and_wait(topic, b"p", key=b"same-key", partition=p)
                  for p in (1, 0, 1)]
         assert [m.partition for m in metas] == [1, 0, 1]

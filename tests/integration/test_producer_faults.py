@@ -17,6 +17,7 @@ from aiokprod.errors import BufferExhaustedError, KafkaError, ProducerClosedErro
 from support.mock_cluster import MockCluster
 from support.processes import frozen
 from support.reader import read_back
+from support.waits import topic_known
 
 PRODUCE = 0
 NOT_LEADER_OR_FOLLOWER = 6
@@ -67,6 +68,7 @@ async def test_buffer_exhaustion_blocks_then_raises_and_memory_stays_bounded(
                         delivery_timeout_ms=60_000, request_timeout_ms=30_000)
     await producer.start()
     try:
+        await topic_known(producer, "full")  # its first metadata is not what is tested
         await producer.send_and_wait("full", b"warm-up")
         with stalled(broker):
             accepted = 0
@@ -185,6 +187,7 @@ async def test_memory_stays_within_buffer_memory_against_a_stalled_broker(
                         max_block_ms=200, linger_ms=0, delivery_timeout_ms=60_000)
     await producer.start()
     try:
+        await topic_known(producer, "bounded")  # its first metadata is not what is tested
         await producer.send_and_wait("bounded", b"warm-up")
         payload = b"x" * value_size
         with stalled(broker):

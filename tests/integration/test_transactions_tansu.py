@@ -22,6 +22,7 @@ from aiokprod.devbroker import TansuBroker
 from aiokprod.errors import KafkaTimeoutError, ProducerFencedError
 from aiokprod.producer.transactional.transactions import TransactionState
 from support.reader import read_back
+from support.waits import topic_known
 
 
 def _producer(tansu: TansuBroker, transactional_id: str, **config: object) -> Producer:
@@ -95,6 +96,7 @@ async def test_end_txn_of_a_fenced_producer_is_bounded_although_tansu_never_answ
     first = _producer(tansu, txn_id, max_block_ms=1500)
     await first.start()
     try:
+        await topic_known(first, topic)  # its first metadata is not what is tested
         first.begin_transaction()
         await (await first.send(topic, b"zombie"))
         async with _producer(tansu, txn_id):

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
+from aiokprod import KafkaTimeoutError, Producer
+
 
 async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> float:
     """Seconds until ``check()`` held; fails after ``timeout``."""
@@ -22,3 +24,20 @@ async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> float:
             pytest.fail(f"condition not met within {timeout} s")
         await asyncio.sleep(0.005)
     return time.monotonic() - start
+
+
+async def topic_known(producer: Producer, topic: str, timeout: float = 60.0) -> None:
+    """Wait until ``producer`` has ``topic``'s metadata, asking again while each ask runs out.
+
+    For tests that set a short ``max.block.ms`` for what they test (a full buffer, a missing
+    partition): a producer's first metadata waits for its first connection under the same
+    bound, which a loaded machine can outlast (300 ms once did). Asking again loses nothing:
+    a send that timed out waiting for metadata accepted no record."""
+    start = time.monotonic()
+    while True:
+        try:
+            await producer.partitions_for(topic)
+            return
+        except KafkaTimeoutError:
+            if time.monotonic() - start > timeout:
+                raise

@@ -27,7 +27,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.network.metadata import TopicPartition
 from aiokprod.protocol import InitProducerIdResponse
 from support.memory_transport import INIT_PRODUCER_ID, PRODUCE, ScriptedNetwork, produce_ok
-from support.waits import eventually
+from support.waits import eventually, topic_known
 
 H = "127.0.0.1"
 
@@ -103,6 +103,7 @@ async def test_acks0_memory_stays_taken_until_the_buffer_drains(
                                  enable_idempotence=False, buffer_memory=64 * 1024,
                                  batch_size=16 * 1024, max_block_ms=300,
                                  request_timeout_ms=30_000) as p:
+        await topic_known(p, "t")  # its first metadata is not what is tested
         await p.send_and_wait("t", b"warm-up")
         node.pause_on_produce = True
         first = await p.send("t", value)
