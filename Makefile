@@ -44,8 +44,9 @@ $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	touch $(STAMP)
 
 # Two lanes from the start: one fills the caches the Apache Kafka and Schema Registry fixtures
-# need (support.warm_caches, on the Python that makes .venv: Maven on the core uv leaves idle;
-# nothing when they are complete), the other makes .venv and runs the suite. A fixture that
+# need (support.warm_caches, on the Python that makes .venv; nothing when they are complete),
+# the other makes .venv and runs the suite: from empty caches the registry is built before the
+# suite needs it, while its downloads make uv's install 12 s longer. A fixture that
 # gets to a cache first waits on its lock for that lane, so the suite never waits for the lane
 # as a whole. (A shell job, not make -j2: test-suite's own -j2 would reset the jobserver.)
 test:
@@ -86,7 +87,7 @@ endif
 # the session brokers it needs. Most of a file's time is waiting for JVMs, Spark and bounded
 # timeouts, so four files at a time, beside the CPU-bound tiers, fill the cores one did not.
 # With two the main run went on alone for minutes after the tiers; with three it was still the
-# longer lane by a minute once uv made the tier venvs quick (582 s against 457 s, cold caches),
+# longer lane by two minutes once uv made the tier venvs quick (582 s against 457 s, cold caches),
 # with four the two lanes end together (552 and 551 s): docs/testing.md has them measured.
 # MAIN_WORKERS=0: one process.
 # --no-loadscope-reorder: files go out in collection order, the longest first (tests/conftest.py);

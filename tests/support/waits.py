@@ -31,7 +31,7 @@ async def topic_known(producer: Producer, topic: str, timeout: float = 60.0) -> 
 
     For tests that set a short ``max.block.ms`` for what they test (a full buffer, a missing
     partition): a producer's first metadata waits for its first connection under the same
-    bound, which a loaded machine can outlast (300 ms once did). Asking again loses nothing:
+    bound, which a loaded machine can outlast (200 ms once did). Asking again loses nothing:
     a send that timed out waiting for metadata accepted no record."""
     start = time.monotonic()
     while True:
