@@ -8,7 +8,7 @@ into ``~/.cache/aiokprod/apicurio-registry-<version>/`` (``$AIOKPROD_KAFKA_CACHE
 root, as for the Kafka jars), under an exclusive ``flock`` with a ``.complete`` marker written
 last. Version 2.4.2.Final is the newest whose modules Central has whole.
 
-Standard library only, like ``kafka_jars``: ``tools/warm_test_caches.py`` builds it with the
+Standard library only, like ``kafka_jars``: ``support.warm_caches`` builds it with the
 Python that makes ``.venv`` while uv fills it (``schema_registry_server`` runs the jar).
 """
 
