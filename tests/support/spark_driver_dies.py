@@ -20,6 +20,7 @@ from typing import Any
 
 def main(bootstrap: str, topic: str, write_id: str, rows: int) -> None:
     from pyspark.sql import SparkSession
+    from spark_fixtures import JVM_CONFIG  # this script's directory is on sys.path
 
     from aiokprod.spark import KafkaDataSource
 
@@ -54,6 +55,7 @@ def main(bootstrap: str, topic: str, write_id: str, rows: int) -> None:
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
+             .config(map=JVM_CONFIG)
              .getOrCreate())
     spark.dataSource.register(DriverDies)
     # each Spark partition writes its own Kafka partition: partition 1's transaction, left
