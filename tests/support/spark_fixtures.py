@@ -55,8 +55,8 @@ SHIPPED_MARK = "AIOKPROD_SHIPPED_ENVIRONMENT"
 # collect with one thread: they live for a module and move a few thousand rows, so C2's
 # compiler threads and the parallel collector only spend CPU the two cores lack. Measured on
 # test_spark_exactly_once.py and test_spark_cluster.py (quiet machine): 124 s of CPU without,
-# 95 s with (wall 224 s and 212 s); test_spark_sink.py 33 s and 23 s. The benchmarks and the
-# examples keep Spark's defaults.
+# 95 s with (wall 224 s and 212 s); test_spark_sink.py 33 s and 23 s. test_examples.py gives
+# the Spark examples the same through JDK_JAVA_OPTIONS; the benchmarks keep Spark's defaults.
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 JVM_CONFIG = {"spark.driver.extraJavaOptions": JAVA_OPTIONS,
               "spark.executor.extraJavaOptions": JAVA_OPTIONS}
