@@ -58,3 +58,11 @@ def encode_avro_columns(
     header: bytes,
     fields: list[tuple[str, str, bool, int, Any, Any, Any, int, bool]],
 ) -> tuple[bytearray, bytearray, bytearray | None, bool]: ...
+def write_produce(
+    out: list[Any],
+    version: int,
+    transactional_id: str | None,
+    acks: int,
+    timeout_ms: int,
+    topics: list[tuple[Any, list[tuple[int, Any]]]],
+) -> None: ...

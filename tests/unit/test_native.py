@@ -27,6 +27,7 @@ from aiokprod import _murmur2 as murmur2_module
 from aiokprod import _native
 from aiokprod.producer import batch as batch_module
 from aiokprod.producer.partition import PartitionProducer
+from aiokprod.protocol import produce_body
 from aiokprod.record_metadata import RecordMetadata
 from aiokprod.records import builder, record_encoding
 from aiokprod.schema_registry import avro_flat
@@ -51,6 +52,7 @@ def test_the_extension_is_used_unless_disabled() -> None:
         assert murmur2_module.group_keys is murmur2_module.group_keys_py
         assert record_encoding.append_values is record_encoding.append_values_py
         assert record_encoding.longest_bytes is record_encoding.longest_bytes_py
+        assert produce_body._write_flexible is produce_body.write_generated
         return
     compiler = sysconfig.get_config_var("CC") or "cc"
     if shutil.which(compiler.split()[0]) is None:
@@ -63,6 +65,7 @@ def test_the_extension_is_used_unless_disabled() -> None:
     assert murmur2_module.group_keys is native.group_keys  # type: ignore[union-attr]
     assert record_encoding.append_values is native.append_values  # type: ignore[union-attr]
     assert record_encoding.longest_bytes is native.longest_bytes  # type: ignore[union-attr]
+    assert produce_body._write_flexible is native.write_produce  # type: ignore[union-attr]
 
 
 @needs_native
@@ -427,3 +430,45 @@ def test_avro_column_twins_refuse_nulls_in_a_field_that_is_not_nullable() -> Non
     for encode in (encoder.encode, encoder.encode_numpy):
         with pytest.raises(ValueError, match="field 'n' is not nullable but holds 1 nulls"):
             encode(column, b"")
+
+
+# -- a Produce request's body ----------------------------------------------------------------
+
+_RECORDS = st.none() | st.binary(max_size=40) | st.binary(max_size=40).map(
+    lambda b: memoryview(bytearray(b)))  # the sealed batches are memoryviews
+_PARTITIONS = st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), _RECORDS), max_size=4)
+_NAMES = st.text(min_size=1, max_size=300)  # past one varint byte, non-ASCII included
+
+
+@needs_native
+@settings(max_examples=examples(500), deadline=None)
+@given(version=st.integers(9, 14), transactional_id=st.none() | st.text(max_size=200),
+       acks=st.sampled_from([-1, 0, 1]), timeout_ms=st.integers(0, 2**31 - 1),
+       names=st.lists(st.tuples(_NAMES, st.uuids(), _PARTITIONS), max_size=25))
+def test_produce_body_twins_agree(version: int, transactional_id: str | None, acks: int,
+                                  timeout_ms: int,
+                                  names: list[tuple[str, Any, list[tuple[int, Any]]]]) -> None:
+    """The native body is the generated encoder's, byte for byte: topics by name (v9-12) and
+    by id (v13-14), null and empty records, many topics (the native side's buffer is flushed
+    between them)."""
+    assert native is not None
+    topics: Any = [(topic_id if version > 12 else name, parts) for name, topic_id, parts in names]
+    ours: list[Any] = []
+    native.write_produce(ours, version, transactional_id, acks, timeout_ms, topics)
+    theirs: list[Any] = []
+    produce_body.write_generated(theirs, version, transactional_id, acks, timeout_ms, topics)
+    assert b"".join(ours) == b"".join(theirs)
+    # each records buffer is handed on, not copied
+    records = [r for _, parts in topics for _, r in parts if r is not None]
+    assert all(any(chunk is r for chunk in ours) for r in records)
+
+
+@needs_native
+def test_produce_body_native_refuses_what_it_cannot_write() -> None:
+    assert native is not None
+    with pytest.raises(ValueError, match="Produce v8 is not a flexible version"):
+        native.write_produce([], 8, None, -1, 1000, [])
+    with pytest.raises(OverflowError):
+        native.write_produce([], 12, None, -1, 1000, [("t", [(2**31, b"")])])
+    with pytest.raises(TypeError):
+        native.write_produce([], 12, None, -1, 1000, [(b"t", [])])

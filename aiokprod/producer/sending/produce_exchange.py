@@ -27,7 +27,9 @@ from aiokprod.network.metadata import BrokerNode, TopicPartition
 from aiokprod.producer.batch import ProducerBatch
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.sending.outcomes import BatchOutcomes
-from aiokprod.protocol import ProduceRequest, ProduceResponse
+from aiokprod.protocol import ProduceResponse
+from aiokprod.protocol.primitives import Chunk
+from aiokprod.protocol.produce_body import ProduceBody, Topics
 
 if TYPE_CHECKING:
     from aiokprod.producer.transactional.transaction_manager import TransactionManager
@@ -95,12 +97,11 @@ class ProduceExchange:
             return
         if self._produce_links.get(node) is not conn:
             self._on_new_produce_link(node, conn)
-        topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}
+        topics: dict[str, list[tuple[int, Chunk | None]]] = {}
         by_tp: dict[tuple[str, int], ProducerBatch] = {}
         for batch in batches:
             owner = batch.owner  # its topic and partition
-            topics.setdefault(owner.topic, []).append(ProduceRequest.PartitionProduceData(
-                index=owner.partition, records=batch.sealed))
+            topics.setdefault(owner.topic, []).append((owner.partition, batch.sealed))
             by_tp[(owner.topic, owner.partition)] = batch
         self._cluster.touch_topics(topics, now)  # in use: its metadata must not expire
         top = self._txn.produce_max_version if self._txn is not None else \
@@ -116,18 +117,16 @@ class ProduceExchange:
                     break
                 names[topic_id] = t
         try:
-            version = conn.version_for(ProduceRequest, max_version=top)
+            version = conn.version_for(ProduceBody, max_version=top)
+            topic_data: Topics
             if version > _PRODUCE_MAX_VERSION_BY_NAME:
                 ids = {t: i for i, t in names.items()}
-                topic_data = [ProduceRequest.TopicProduceData(topic_id=ids[t], partition_data=p)
-                              for t, p in topics.items()]
+                topic_data = [(ids[t], p) for t, p in topics.items()]
             else:
                 names = {}
-                topic_data = [ProduceRequest.TopicProduceData(name=t, partition_data=p)
-                              for t, p in topics.items()]
-            request = ProduceRequest(
-                transactional_id=self._transactional_id, acks=self._acks,
-                timeout_ms=self._request_timeout_ms, topic_data=topic_data)
+                topic_data = list(topics.items())
+            request = ProduceBody(self._transactional_id, self._acks, self._request_timeout_ms,
+                                  topic_data)
             future = conn.send(request, version=version, expect_response=self._acks != 0)
         except KafkaError as exc:  # e.g. no Produce version in common: nothing left the client
             self._outcomes.unsendable(batches, exc)
