@@ -22,7 +22,9 @@ from confluent_kafka.admin import AdminClient
 
 from aiokprod import devbroker
 from aiokprod._devbroker_binary import TANSU_BIN_ENV
+from aiokprod._devbroker_probe import _round_trip
 from aiokprod.devbroker import DevBrokerError, TansuBroker
+from aiokprod.protocol import MetadataRequest
 from support.docker_probe import docker_unavailable_reason
 from support.mock_cluster import MockCluster
 from support.processes import child_processes, pid_alive
@@ -326,13 +328,17 @@ def test_tansu_create_topic_and_metadata(tansu: TansuBroker, topic_name: str) ->
 
 
 def test_tansu_advertises_the_given_port(tansu_factory: Callable[..., TansuBroker]) -> None:
+    """One Metadata request on a socket to the port Tansu listens on. (librdkafka's
+    ``list_topics`` was the reader: it drops its bootstrap connection once it learns the
+    advertised address, where nothing listens here, and a loaded run's request went there.)"""
     with socket.socket() as placeholder:
         placeholder.bind(("127.0.0.1", 0))
         proxy_port = placeholder.getsockname()[1]
     broker = tansu_factory(advertised_port=proxy_port)
     assert broker.advertised_port == proxy_port != broker.port
-    metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=5)
-    assert [b.port for b in metadata.brokers.values()] == [proxy_port]
+    metadata = _round_trip("127.0.0.1", broker.port, MetadataRequest(
+        topics=[], allow_auto_topic_creation=False), 4, timeout=60)
+    assert [(b.host, b.port) for b in metadata.brokers] == [("127.0.0.1", proxy_port)]
 
 
 def test_tansu_reports_supported_api_versions(tansu: TansuBroker) -> None:
