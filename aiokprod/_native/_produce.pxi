@@ -1,6 +1,7 @@
 # Included by _speedups.pyx: a Produce request's body straight from the drained batches.
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, uint16_t
 
 
@@ -87,3 +88,135 @@ def write_produce(list out, int version, object transactional_id, int16_t acks,
         n += 1
     buf[n] = 0  # the request's tagged fields: none
     out.append(PyBytes_FromStringAndSize(<char*>buf, n + 1))
+
+
+cdef inline bint _read_uvarint(const unsigned char* data, Py_ssize_t* pos, Py_ssize_t end,
+                               uint64_t* value) noexcept:
+    """False where the varint runs past ``end`` or beyond 5 bytes (a length, a count)."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef unsigned char byte
+    while pos[0] < end and shift <= 28:
+        byte = data[pos[0]]
+        pos[0] += 1
+        result |= <uint64_t>(byte & 0x7F) << shift
+        if not (byte & 0x80):
+            value[0] = result
+            return True
+        shift += 7
+    return False
+
+
+cdef inline int64_t _get_i64(const unsigned char* p) noexcept:
+    cdef uint64_t bits = 0
+    cdef int i
+    for i in range(8):
+        bits = (bits << 8) | p[i]
+    return <int64_t>bits
+
+
+cdef inline int32_t _get_i32(const unsigned char* p) noexcept:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8)
+                     | <uint32_t>p[3])
+
+
+cdef class ProduceAnswerReader:
+    """Reads the common Produce answer (v10-v14: every partition answered without record
+    errors, error message or tagged fields; no node endpoints) into the generated classes'
+    objects, equal to what their decoder builds; None for anything else, which the caller
+    then gives to that decoder (``aiokprod.protocol.produce_body.ProduceAnswer``)."""
+
+    cdef object _response, _topic, _partition, _leader, _uuid, _zero_uuid
+    cdef dict _ids  # a topic id's 16 bytes → its uuid.UUID (topics are few; bounded anyway)
+
+    def __init__(self, response, topic, partition, leader, uuid_type, zero_uuid):
+        self._zero_uuid = zero_uuid  # the generated decoder's topic id of a v10-12 answer
+        self._response = response
+        self._topic = topic
+        self._partition = partition
+        self._leader = leader
+        self._uuid = uuid_type
+        self._ids = {}
+
+    cdef object _topic_id(self, const unsigned char* p):
+        key = PyBytes_FromStringAndSize(<const char*>p, 16)
+        found = self._ids.get(key)
+        if found is None:
+            if len(self._ids) >= 4096:
+                self._ids.clear()
+            found = self._uuid(bytes=key)
+            self._ids[key] = found
+        return found
+
+    def read(self, data, int version):
+        if version < 10 or version > 14:
+            return None
+        cdef const unsigned char[::1] view = data
+        cdef const unsigned char* d = &view[0] if view.shape[0] else NULL
+        cdef Py_ssize_t end = view.shape[0]
+        cdef Py_ssize_t pos = 0
+        cdef uint64_t count, parts, size
+        cdef Py_ssize_t t, i
+        cdef bint by_id = version >= 13
+        cdef list topics, answers
+        if not _read_uvarint(d, &pos, end, &count) or count == 0:
+            return None  # a null array: the generated decoder says what is wrong
+        topics = []
+        new = object.__new__
+        for t in range(<Py_ssize_t>count - 1):
+            topic = new(self._topic)
+            if by_id:
+                if end - pos < 16:
+                    return None
+                topic.name = ""
+                topic.topic_id = self._topic_id(d + pos)
+                pos += 16
+            else:
+                if not _read_uvarint(d, &pos, end, &size) or size == 0 or \
+                        <uint64_t>(end - pos) < size - 1:
+                    return None
+                topic.topic_id = self._zero_uuid
+                try:
+                    topic.name = PyUnicode_DecodeUTF8(<const char*>(d + pos), size - 1, NULL)
+                except UnicodeDecodeError:
+                    return None
+                pos += size - 1
+            if not _read_uvarint(d, &pos, end, &parts) or parts == 0:
+                return None
+            answers = []
+            for i in range(<Py_ssize_t>parts - 1):
+                # index, error code, base offset, log append time, log start offset; then
+                # no record errors (1), a null error message (0), no tagged fields (0)
+                if end - pos < 33 or d[pos + 30] != 1 or d[pos + 31] != 0 or d[pos + 32] != 0:
+                    return None
+                answer = new(self._partition)
+                answer.index = _get_i32(d + pos)
+                answer.error_code = <int16_t>((<uint16_t>d[pos + 4] << 8) | d[pos + 5])
+                answer.base_offset = _get_i64(d + pos + 6)
+                answer.log_append_time_ms = _get_i64(d + pos + 14)
+                answer.log_start_offset = _get_i64(d + pos + 22)
+                answer.record_errors = []
+                answer.error_message = None
+                leader = new(self._leader)
+                leader.leader_id = -1
+                leader.leader_epoch = -1
+                leader.unknown_tagged_fields = {}
+                answer.current_leader = leader
+                answer.unknown_tagged_fields = {}
+                answers.append(answer)
+                pos += 33
+            if pos >= end or d[pos] != 0:
+                return None  # the topic has tagged fields
+            pos += 1
+            topic.partition_responses = answers
+            topic.producer_state_batches_to_retain = 5
+            topic.unknown_tagged_fields = {}
+            topics.append(topic)
+        if end - pos < 5 or d[pos + 4] != 0:
+            return None  # throttle time, then tagged fields (node endpoints): not the common case
+        response = new(self._response)
+        response.responses = topics
+        response.throttle_time_ms = _get_i32(d + pos)
+        response.node_endpoints = []
+        response.unknown_tagged_fields = {}
+        return response

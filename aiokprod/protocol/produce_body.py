@@ -19,9 +19,9 @@ from typing import ClassVar
 
 from aiokprod import _native
 from aiokprod.protocol._generated import ProduceRequest, ProduceResponse
-from aiokprod.protocol.primitives import Chunk
+from aiokprod.protocol.primitives import ZERO_UUID, Chunk
 
-__all__ = ["FIRST_FLEXIBLE_VERSION", "ProduceBody", "Topics", "write_generated"]
+__all__ = ["FIRST_FLEXIBLE_VERSION", "ProduceAnswer", "ProduceBody", "Topics", "write_generated"]
 
 #: Each topic (its name up to v12, its id from v13) with its ``(partition, records)`` pairs.
 Topics = list[tuple[str | uuid.UUID, list[tuple[int, Chunk | None]]]]
@@ -52,6 +52,32 @@ _write_flexible: _Write = (write_generated if _native.speedups is None
                            else _native.speedups.write_produce)
 
 
+_read_common: Callable[[Chunk, int], ProduceResponse | None] | None = None
+if _native.speedups is not None:
+    _read_common = _native.speedups.ProduceAnswerReader(
+        ProduceResponse, ProduceResponse.TopicProduceResponse,
+        ProduceResponse.PartitionProduceResponse, ProduceResponse.LeaderIdAndEpoch, uuid.UUID,
+        ZERO_UUID).read
+
+
+class ProduceAnswer(ProduceResponse):
+    """How a ``ProduceBody``'s answer is read: the common answer of v10-14 (every partition
+    without record errors, error message or tagged fields) by the native reader, into the
+    generated classes' objects; anything else, and every answer without the extension, by the
+    generated decoder, its twin, which also says what is wrong with a malformed one. Never
+    instantiated: ``decode`` returns ``ProduceResponse`` objects."""
+
+    __slots__ = ()
+
+    @classmethod
+    def decode(cls, data: Chunk, version: int, *, strict: bool = True) -> ProduceResponse:
+        if _read_common is not None and not strict:
+            found = _read_common(data, version)
+            if found is not None:
+                return found
+        return ProduceResponse.decode(data, version, strict=strict)
+
+
 class ProduceBody:
     """One Produce request of drained batches, framed by ``encode_request`` like a generated
     request (``KafkaRequest``): the records buffers are appended to the frame, not copied
@@ -63,7 +89,7 @@ class ProduceBody:
     API_NAME: ClassVar[str] = ProduceRequest.API_NAME
     MIN_VERSION: ClassVar[int] = ProduceRequest.MIN_VERSION
     MAX_VERSION: ClassVar[int] = ProduceRequest.MAX_VERSION
-    RESPONSE_TYPE: ClassVar[type[ProduceResponse]] = ProduceResponse
+    RESPONSE_TYPE: ClassVar[type[ProduceResponse]] = ProduceAnswer
 
     @staticmethod
     def header_version(version: int) -> int:

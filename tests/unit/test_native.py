@@ -472,3 +472,76 @@ def test_produce_body_native_refuses_what_it_cannot_write() -> None:
         native.write_produce([], 12, None, -1, 1000, [("t", [(2**31, b"")])])
     with pytest.raises(TypeError):
         native.write_produce([], 12, None, -1, 1000, [(b"t", [])])
+
+
+def _answers(version: int) -> Any:
+    """Produce answers at ``version``: mostly the common shape, sometimes with what only
+    the generated decoder reads (record errors, an error message, a leader hint, node
+    endpoints, a KIP-1269 window)."""
+    from aiokprod.protocol import ProduceResponse as R
+
+    rare = st.integers(0, 9).map(lambda n: n == 0)
+    partition = st.builds(
+        lambda index, code, offsets, odd: R.PartitionProduceResponse(
+            index=index, error_code=code, base_offset=offsets[0],
+            log_append_time_ms=offsets[1], log_start_offset=offsets[2],
+            **({"error_message": "not the leader", "record_errors": [
+                R.BatchIndexAndErrorMessage(batch_index=3)],
+                "current_leader": R.LeaderIdAndEpoch(leader_id=2, leader_epoch=7)}
+               if odd else {})),
+        st.integers(-(2**31), 2**31 - 1), st.integers(-(2**15), 2**15 - 1),
+        st.tuples(INT64, INT64, INT64), rare)
+    topic = st.builds(
+        lambda name, topic_id, parts, odd: R.TopicProduceResponse(
+            **({"topic_id": topic_id} if version > 12 else {"name": name}),
+            partition_responses=parts,
+            **({"producer_state_batches_to_retain": 9} if odd and version == 14 else {})),
+        st.text(max_size=40), st.uuids(), st.lists(partition, max_size=4), rare)
+    return st.builds(
+        lambda topics, throttle, odd: R(
+            responses=topics, throttle_time_ms=throttle,
+            node_endpoints=[R.NodeEndpoint(node_id=2, host="b", port=9092)] if odd else []),
+        st.lists(topic, max_size=4), st.integers(0, 2**31 - 1), rare)
+
+
+@needs_native
+@settings(max_examples=examples(500), deadline=None)
+@given(data=st.data(), version=st.integers(10, 14), trailing=st.binary(max_size=3))
+def test_produce_answer_twins_agree(data: Any, version: int, trailing: bytes) -> None:
+    """The native reader's objects equal the generated decoder's for every answer it reads,
+    and it reads every answer of the common shape; the rest it leaves to that decoder."""
+    from aiokprod.protocol import ProduceResponse
+
+    answer = data.draw(_answers(version))
+    body = answer.encode(version) + trailing  # a broker's trailing bytes are tolerated
+    read = produce_body._read_common
+    assert read is not None
+    ours = read(memoryview(body), version)
+    theirs = ProduceResponse.decode(memoryview(body), version, strict=False)
+    common = not answer.node_endpoints and all(
+        t.producer_state_batches_to_retain == 5 and all(
+            not p.record_errors and p.error_message is None and p.current_leader.leader_id == -1
+            for p in t.partition_responses) for t in answer.responses)
+    assert (ours is not None) == common
+    if ours is not None:
+        assert type(ours) is ProduceResponse and ours == theirs == answer
+    assert produce_body.ProduceAnswer.decode(memoryview(body), version, strict=False) == theirs
+
+
+@needs_native
+def test_produce_answer_reader_leaves_what_is_wrong_to_the_generated_decoder() -> None:
+    """A truncated answer, a null array, bad UTF-8, a version before v10: None, so the
+    generated decoder raises its ProtocolError naming the field."""
+    from aiokprod.errors import ProtocolError
+    from aiokprod.protocol import ProduceResponse as R
+
+    read = produce_body._read_common
+    assert read is not None
+    good = R(responses=[R.TopicProduceResponse(name="t", partition_responses=[
+        R.PartitionProduceResponse(index=0)])]).encode(12)
+    assert read(good, 12) is not None
+    assert read(good, 9) is None  # v9 has no leader hints: the generated decoder's
+    for bad in (good[:-3], b"\x00", good.replace(b"\x02t", b"\x02\xff")):
+        assert read(bad, 12) is None
+        with pytest.raises(ProtocolError):
+            produce_body.ProduceAnswer.decode(bad, 12, strict=False)
