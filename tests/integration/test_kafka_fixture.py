@@ -33,7 +33,9 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
     """The first pick hands the last node a port someone else holds (the race between
     picking a free port and the JVM binding it); the start is retried on fresh ports and
     succeeds. With 3 nodes the others are alive, waiting to see the one that exited: that
-    exit must end the attempt (it once waited out the whole bound, then failed)."""
+    exit must end the attempt (it once waited out the whole bound, then failed). A fresh pick
+    can lose the same race to another process of a busy machine (a loaded run's second attempt
+    did), so the third and last attempt may be the one that starts."""
     real = kafka_cluster.free_ports
     picks: list[list[int]] = []
 
@@ -48,7 +50,8 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
     cluster = KafkaCluster(kafka_jars, brokers=brokers)
     try:
         cluster.start()
-        assert len(picks) == 2, picks
+        assert 2 <= len(picks) <= kafka_cluster._PORT_ATTEMPTS, picks
+        assert taken_port in picks[0] and all(taken_port not in p for p in picks[1:]), picks
         assert taken_port not in {cluster.port(n) for n in range(1, brokers + 1)}
         assert cluster.running_node_ids() == list(range(1, brokers + 1))
     finally:
