@@ -1,17 +1,9 @@
-# Included by _speedups.pyx: a Produce request's body straight from the drained batches.
+# Included by _speedups.pyx (after _avro.pxi, whose _write_varint it uses): a Produce
+# request's body straight from the drained batches, and the common answer read back.
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, uint16_t
-
-
-cdef inline Py_ssize_t _put_uvarint(unsigned char* buf, Py_ssize_t pos, uint64_t value) noexcept:
-    while value >= 0x80:
-        buf[pos] = <unsigned char>((value & 0x7F) | 0x80)
-        value >>= 7
-        pos += 1
-    buf[pos] = <unsigned char>value
-    return pos + 1
 
 
 cdef inline Py_ssize_t _put_i32(unsigned char* buf, Py_ssize_t pos, int32_t value) noexcept:
@@ -33,7 +25,7 @@ def write_produce(list out, int version, object transactional_id, int16_t acks,
     generated encoder builds three objects and a chunk per field."""
     if version < 9 or version > 14:
         raise ValueError(f"write_produce: Produce v{version} is not a flexible version 9-14")
-    cdef unsigned char buf[64]
+    cdef uint8_t buf[64]
     cdef Py_ssize_t n = 0
     cdef bint by_id = version >= 13
     cdef bytes piece
@@ -44,14 +36,14 @@ def write_produce(list out, int version, object transactional_id, int16_t acks,
         n = 1
     else:
         piece = (<str?>transactional_id).encode("utf-8")
-        n = _put_uvarint(buf, 0, <uint64_t>len(piece) + 1)
+        n = _write_varint(buf, <uint64_t>len(piece) + 1) - buf
         out.append(PyBytes_FromStringAndSize(<char*>buf, n))
         out.append(piece)
         n = 0
     buf[n] = <unsigned char>((<uint16_t>acks) >> 8)
     buf[n + 1] = <unsigned char>acks
     n = _put_i32(buf, n + 2, timeout_ms)
-    n = _put_uvarint(buf, n, <uint64_t>len(topics) + 1)
+    n = _write_varint(buf + n, <uint64_t>len(topics) + 1) - buf
     for topic, parts in topics:
         if n > 24:  # room for the topic's fixed part (at most 22 bytes)
             out.append(PyBytes_FromStringAndSize(<char*>buf, n))
@@ -64,11 +56,11 @@ def write_produce(list out, int version, object transactional_id, int16_t acks,
             n += 16
         else:
             piece = (<str?>topic).encode("utf-8")
-            n = _put_uvarint(buf, n, <uint64_t>len(piece) + 1)
+            n = _write_varint(buf + n, <uint64_t>len(piece) + 1) - buf
             out.append(PyBytes_FromStringAndSize(<char*>buf, n))
             out.append(piece)
             n = 0
-        n = _put_uvarint(buf, n, <uint64_t>len(parts) + 1)
+        n = _write_varint(buf + n, <uint64_t>len(parts) + 1) - buf
         for index, records in parts:
             if n > 24:  # room for a partition's fixed part (at most 10 bytes) and two tags
                 out.append(PyBytes_FromStringAndSize(<char*>buf, n))
@@ -78,7 +70,7 @@ def write_produce(list out, int version, object transactional_id, int16_t acks,
                 buf[n] = 0
                 n += 1
             else:
-                n = _put_uvarint(buf, n, <uint64_t>len(records) + 1)
+                n = _write_varint(buf + n, <uint64_t>len(records) + 1) - buf
                 out.append(PyBytes_FromStringAndSize(<char*>buf, n))
                 out.append(records)
                 n = 0

@@ -2,7 +2,7 @@
 """The per-record hot path in C (Cython): murmur2, one record's encoding, batch completion;
 the append into an open batch (``_open_batch.pxi``), send_many's keys by partition
 (``_keys.pxi``) and its runs (``_bulk.pxi``), the Arrow encoder (``_columnar.pxi``), flat Avro records (``_avro.pxi``)
-and a Produce request's body (``_produce.pxi``).
+and a Produce request's body and its common answer (``_produce.pxi``).
 
 Each function here has a pure-Python twin with the same behaviour where it is used
 (``aiokprod.producer.batching.partitioner``, ``aiokprod.records.builder``, ``aiokprod.producer.batch``);

@@ -5,10 +5,11 @@ The sender's requests are the one message sent once per batch: building a ``Prod
 with its ``TopicProduceData`` and ``PartitionProduceData`` and encoding it field by field was
 a measurable part of a batch's fixed cost. ``ProduceBody`` holds what the request needs
 (transactional id, acks, timeout, each topic's ``(partition, records)`` pairs) and is framed
-like a generated request (it has the same ``API_KEY``, header and response type). Its flexible
-versions (9-14, every release since Kafka 2.8) are written by the native ``write_produce`` when
-the extension is built; ``write_generated``, which builds the generated request and encodes
-it, is its twin and writes the older versions. The tests compare the two on random requests.
+like a generated request (the same ``API_KEY`` and header). Its flexible versions (9-14, every
+release since Kafka 2.8) are written by the native ``write_produce`` when the extension is
+built; ``write_generated``, which builds the generated request and encodes it, is its twin and
+writes the older versions. Its answer is read by ``ProduceAnswer``: the common one natively,
+into the generated ``ProduceResponse`` objects. The tests compare each pair on random input.
 """
 
 from __future__ import annotations
