@@ -34,8 +34,8 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
     picking a free port and the JVM binding it); the start is retried on fresh ports and
     succeeds. With 3 nodes the others are alive, waiting to see the one that exited: that
     exit must end the attempt (it once waited out the whole bound, then failed). A fresh pick
-    can lose the same race to another process of a busy machine (a loaded run's second attempt
-    did), so the third and last attempt may be the one that starts."""
+    can lose the same race to another process of a busy machine (a cold run's second attempt
+    did on a slowed machine), so the third and last attempt may be the one that starts."""
     real = kafka_cluster.free_ports
     picks: list[list[int]] = []
 
