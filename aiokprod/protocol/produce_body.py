@@ -22,17 +22,19 @@ from aiokprod import _native
 from aiokprod.protocol._generated import ProduceRequest, ProduceResponse
 from aiokprod.protocol.primitives import ZERO_UUID, Chunk
 
-__all__ = ["FIRST_FLEXIBLE_VERSION", "ProduceAnswer", "ProduceBody", "Topics", "write_generated"]
+__all__ = ["FIRST_VERSION_BY_ID", "ProduceAnswer", "ProduceBody", "Topics", "write_generated"]
 
 #: Each topic (its name up to v12, its id from v13) with its ``(partition, records)`` pairs.
 Topics = list[tuple[str | uuid.UUID, list[tuple[int, Chunk | None]]]]
-FIRST_FLEXIBLE_VERSION = 9
+#: Produce names topics by their id from this version on (KIP-516).
+FIRST_VERSION_BY_ID = 13
+_FIRST_FLEXIBLE_VERSION: int = ProduceRequest.FIRST_FLEXIBLE_VERSION or 0  # 9
 
 
 def write_generated(out: list[Chunk], version: int, transactional_id: str | None, acks: int,
                     timeout_ms: int, topics: Topics) -> None:
     """The body through the generated ``ProduceRequest`` (every version it knows)."""
-    by_id = version > 12
+    by_id = version >= FIRST_VERSION_BY_ID
     topic_data = []
     for topic, parts in topics:
         if by_id != isinstance(topic, uuid.UUID):
@@ -106,7 +108,7 @@ class ProduceBody:
 
     def write(self, out: list[Chunk], version: int) -> None:
         """Append the body's chunks at ``version`` to ``out``."""
-        write = _write_flexible if version >= FIRST_FLEXIBLE_VERSION else write_generated
+        write = _write_flexible if version >= _FIRST_FLEXIBLE_VERSION else write_generated
         write(out, version, self.transactional_id, self.acks, self.timeout_ms, self.topics)
 
     def __repr__(self) -> str:

@@ -29,7 +29,7 @@ from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.sending.outcomes import BatchOutcomes
 from aiokprod.protocol import ProduceResponse
 from aiokprod.protocol.primitives import Chunk
-from aiokprod.protocol.produce_body import ProduceBody, Topics
+from aiokprod.protocol.produce_body import FIRST_VERSION_BY_ID, ProduceBody, Topics
 
 if TYPE_CHECKING:
     from aiokprod.producer.transactional.transaction_manager import TransactionManager
@@ -45,7 +45,7 @@ _NETWORK_EXCEPTION = ErrorCode.NETWORK_EXCEPTION
 # Produce v14 (KIP-1269: the broker's de-duplication window in each answer); v13+ names
 # topics by id (KIP-516), so a request with a topic whose id is unknown stays at v12.
 PRODUCE_MAX_VERSION = 14
-_PRODUCE_MAX_VERSION_BY_NAME = 12
+_PRODUCE_MAX_VERSION_BY_NAME = FIRST_VERSION_BY_ID - 1
 
 
 class ProduceExchange:
