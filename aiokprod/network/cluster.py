@@ -23,7 +23,6 @@ housekeeping deadlines) are read together.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokprod._error_codes import ErrorCode
+from aiokprod._waits import wait_event
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
@@ -280,14 +280,11 @@ class Cluster:
                 raise KafkaTimeoutError(self._missing_topic_message(topic, timeout_ms))
             self._topics[topic] = self._clock()  # waiting is using it
             self.request_update()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._updated.wait(), remaining)
+            await wait_event(self._updated, remaining)
 
     async def wait_for_update(self, timeout_ms: float) -> None:
         """Wait until metadata changes or a refresh fails, at most ``timeout_ms``."""
-        event = self._updated
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), max(0.0, timeout_ms) / 1000)
+        await wait_event(self._updated, timeout_ms / 1000)
 
     def _missing_topic_message(self, topic: str, timeout_ms: float) -> str:
         code = self.view.topic_errors.get(topic)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from aiokprod._backoff import ExponentialBackoff
+from aiokprod._waits import wait_event
 from aiokprod.errors import AuthenticationError, KafkaConnectionError
 from aiokprod.network.addresses import canonical_names
 from aiokprod.network.connection import BrokerConnection
@@ -444,9 +445,7 @@ class ConnectionPool:
     # ---- the links' lifecycle --------------------------------------------------------------
 
     async def _wait_links_changed(self, timeout: float) -> None:
-        event = self._links_changed
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), max(0.0, timeout))
+        await wait_event(self._links_changed, timeout)
 
     def _start_connect(self, node_id: int, link: _NodeLink) -> None:
         setup_ms = self._states.connecting(node_id, self._clock())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import math
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 from aiokprod._sensors import MetricsRegistry
 from aiokprod._version import __version__
+from aiokprod._waits import wait_event
 from aiokprod.errors import KafkaError
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
@@ -102,8 +102,7 @@ class ClientTelemetry:
             if conn is None:
                 # woken by the cluster's on_change when a connection comes up (or at close)
                 self._wake.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), _NO_CONNECTION_WAIT_MS / 1000)
+                await wait_event(self._wake, _NO_CONNECTION_WAIT_MS / 1000)
                 continue
             try:
                 await self._exchange(conn, self._request_timeout_ms)

@@ -8,6 +8,7 @@ through what the scripted brokers saw and ``Cluster.statistics()``. docs/network
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -647,3 +648,27 @@ async def test_rebootstrap_required_answer_rebootstraps_at_once() -> None:
                 assert "REBOOTSTRAP_REQUIRED" in str(c._last_error)
                 assert c.statistics().rebootstraps == 0 and conn.connected
                 assert boot.count(METADATA) == 1 and new.connect_attempts == 0
+
+
+async def test_close_in_the_turn_a_link_event_lands_leaves_nothing_running() -> None:
+    """close() cancels the metadata task while its refresh waits for a connection; a link event
+    in the same turn must not swallow that cancellation (``asyncio.wait_for`` before 3.12 did),
+    or the refresh ran on against the closed client and failed with nobody to read its error:
+    "Task exception was never retrieved", seen at a benchmark's close."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        net = ScriptedNetwork()
+        net.node(9000, "hang_connect")
+        async with running(net, f"{H}:9000", request_timeout_ms=30_000,
+                           connect_timeout_ms=10_000) as c:
+            await eventually(lambda: c.pool.connection_counts()[1] == 1)
+            c.pool.signal_links()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        gc.collect()
+        assert reported == []
+        assert not [t for t in asyncio.all_tasks() if "metadata" in t.get_name()]
+    finally:
+        loop.set_exception_handler(None)

@@ -145,7 +145,7 @@ def test_the_graph_is_read() -> None:
 # layer names; the wire protocol; record batches; connections to brokers; the configuration
 # (which names the network's settings); the metrics; the producer; what users run it in.
 LAYERS: list[set[str]] = [
-    {"_error_codes", "_error_base", "_broker_errors", "errors", "_version", "_backoff",
+    {"_error_codes", "_error_base", "_broker_errors", "errors", "_version", "_backoff", "_waits",
      "_native", "_sensors", "_protobuf", "_murmur2", "record_metadata", "hooks", "settings",
      "_config_rules", "_devbroker_binary"},
     {"protocol"},
