@@ -85,6 +85,12 @@ SINK_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_ID_PREFIX = "aiokprod-spark"
 #: The sink's ``batch.size`` unless ``kafka.batch.size`` is given (the producer's is 16 KiB).
 SINK_BATCH_SIZE = 262_144
+#: The sink's ``send.buffer.bytes`` unless ``kafka.send.buffer.bytes`` is given: -1, the
+#: operating system's own (on Linux autotuned up to ``net.ipv4.tcp_wmem``'s maximum). The
+#: producer's 128 KiB (Java's) holds a quarter of one of the sink's requests (four 256 KiB
+#: batches), so each request took several writes, each a wake-up of the loop and a copy of the
+#: rest into asyncio's buffer: docs/spark.md, "Options".
+SINK_SEND_BUFFER_BYTES = -1
 
 # Options Spark itself passes to a streaming sink; they are Spark's, not ours.
 _SPARK_OWNED = frozenset({"checkpointlocation", "queryname", "path"})
@@ -199,8 +205,10 @@ def settings_from(options: Mapping[str, str], schema: StructType) -> SinkSetting
     if "bootstrap.servers" not in producer:
         raise ConfigError("aiokprod sink: option 'kafka.bootstrap.servers' is required")
     # a task writes whole Arrow batches: bigger record batches than the producer's 16 KiB
-    # default cost less per row in the worker and the broker (docs/spark.md, "Performance")
+    # default cost less per row in the worker and the broker, and requests of such batches
+    # want a socket buffer bigger than the producer's 128 KiB (docs/spark.md, "Options")
     producer.setdefault("batch.size", str(SINK_BATCH_SIZE))
+    producer.setdefault("send.buffer.bytes", str(SINK_SEND_BUFFER_BYTES))
     if transactional:
         producer.setdefault("transaction.timeout.ms", str(SINK_TRANSACTION_TIMEOUT_MS))
     try:

@@ -407,12 +407,13 @@ def test_options_and_schema_checks_without_spark() -> None:
     settings = settings_from({"kafka.bootstrap.servers": "h:1", "kafka.linger.ms": "7",
                               "topic": "t", "checkpointLocation": "/x",
                               "transactional": "false"}, schema)
-    # the sink's own batch.size default (256 KiB) unless kafka.batch.size is given
+    # the sink's own batch.size (256 KiB) and send.buffer.bytes (the OS's) unless given
     assert settings.producer_config == (("batch.size", "262144"), ("bootstrap.servers", "h:1"),
-                                        ("linger.ms", "7"))
-    assert dict(settings_from({"kafka.bootstrap.servers": "h:1", "kafka.batch.size": "100",
-                               "topic": "t"},
-                              schema).producer_config)["batch.size"] == "100"
+                                        ("linger.ms", "7"), ("send.buffer.bytes", "-1"))
+    given = dict(settings_from({"kafka.bootstrap.servers": "h:1", "kafka.batch.size": "100",
+                                "kafka.send.buffer.bytes": "131072", "topic": "t"},
+                               schema).producer_config)
+    assert (given["batch.size"], given["send.buffer.bytes"]) == ("100", "131072")
     assert (settings.topic, settings.columns) == ("t", ("key", "value"))
     with pytest.raises(ValueError, match="'kafka.bootstrap.servers' is required"):
         settings_from({"topic": "t"}, schema)

@@ -155,7 +155,7 @@ def test_sink_options_are_what_the_sink_accepts() -> None:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     from aiokprod.spark import sink_options
-    from aiokprod.spark._options import SINK_BATCH_SIZE, settings_from
+    from aiokprod.spark._options import SINK_BATCH_SIZE, SINK_SEND_BUFFER_BYTES, settings_from
 
     settings: ProducerSettings = {
         "linger_ms": 7, "acks": "1", "enable_idempotence": False, "compression_type": "zstd",
@@ -170,7 +170,7 @@ def test_sink_options_are_what_the_sink_accepts() -> None:
     sink = settings_from(options, schema)
     assert sink.topic == "t"
     from_sink = ProducerConfig.from_mapping(dict(sink.producer_config))
-    # the sink's one default of its own: batch.size (docs/spark.md, Options)
+    # the sink's two defaults of its own: batch.size, send.buffer.bytes (docs/spark.md, Options)
     direct = ProducerConfig(bootstrap_servers="h1:9092,h2:9092", batch_size=SINK_BATCH_SIZE,
-                            **settings)
+                            send_buffer_bytes=SINK_SEND_BUFFER_BYTES, **settings)
     assert from_sink.to_java_names() == direct.to_java_names()
