@@ -40,6 +40,7 @@ import asyncio
 import functools
 import logging
 import ssl
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -67,7 +68,7 @@ from aiokprod.protocol import (
     ApiVersionsResponse,
     KafkaRequest,
     decode_response_header,
-    encode_request,
+    encode_request_pieces,
 )
 
 __all__ = ["BrokerConnection", "ConnectionStatistics"]
@@ -351,7 +352,7 @@ class BrokerConnection:
             version = self.version_for(type(request))
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
-        frame = encode_request(request, version, correlation_id, self.client_id)
+        pieces = encode_request_pieces(request, version, correlation_id, self.client_id)
         now = self._clock()
         self.last_activity = now
         timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
@@ -363,9 +364,13 @@ class BrokerConnection:
                 response_type.header_version(version), deadline, request.API_NAME, now))
             if deadline < self._timer_deadline:
                 self._arm_timer(deadline)
-        transport.write(frame)
+        if len(pieces) == 1:
+            transport.write(pieces[0])
+            self.bytes_sent += len(pieces[0])
+        else:
+            _write_pieces(transport, pieces)
+            self.bytes_sent += sum(map(len, pieces))
         self.requests_sent += 1
-        self.bytes_sent += len(frame)
         if not expect_response:
             self._unanswered.append(correlation_id)
             if self._write_paused:
@@ -655,3 +660,18 @@ def _unsupported_api_versions(body: memoryview) -> Any:
         if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == _UNSUPPORTED_VERSION:
             return ApiVersionsResponse(error_code=_UNSUPPORTED_VERSION, api_keys=[])
         raise
+
+
+def _write_pieces(transport: asyncio.Transport, pieces: list[Any]) -> None:
+    """A frame in pieces (``encode_request_pieces``): from Python 3.12 the selector transport's
+    ``writelines`` hands them to one ``sendmsg`` and keeps what the socket did not take as
+    views, uncopied; before 3.12 ``writelines`` joins them, so each is written in turn (the
+    transport sends it at once while its buffer is empty, and copies it in otherwise)."""
+    if _WRITELINES_GATHERS:
+        transport.writelines(pieces)
+    else:
+        for piece in pieces:
+            transport.write(piece)
+
+
+_WRITELINES_GATHERS = sys.version_info >= (3, 12)

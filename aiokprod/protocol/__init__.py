@@ -11,6 +11,7 @@ from aiokprod.protocol.framing import (
     decode_response,
     decode_response_header,
     encode_request,
+    encode_request_pieces,
 )
 from aiokprod.protocol.messages import KafkaRequest, KafkaResponse
 
@@ -20,5 +21,6 @@ __all__ = [
     "decode_response",
     "decode_response_header",
     "encode_request",
+    "encode_request_pieces",
 ]
 __all__ += _generated.__all__

@@ -22,6 +22,7 @@ __all__ = [
     "decode_response",
     "decode_response_header",
     "encode_request",
+    "encode_request_pieces",
 ]
 
 
@@ -35,11 +36,49 @@ def encode_request(
     version and correlation id change from one request to the next: the rest is encoded once
     per client id (``_header_tail``), not for every request.
     """
+    return b"".join(_chunks(request, version, correlation_id, client_id))
+
+
+#: A chunk of a frame at least this long (a batch's records) is handed to the transport as it
+#: is, not copied into a joined frame first; the rest (a few bytes each) are joined around it.
+WRITE_APART_BYTES = 65_536
+
+
+def encode_request_pieces(
+    request: KafkaRequest[Any], version: int, correlation_id: int, client_id: str | None
+) -> list[Chunk]:
+    """``encode_request``'s frame as pieces for the transport, in order: the records buffers
+    of ``WRITE_APART_BYTES`` or more as they are, the bytes between them joined.
+
+    A frame of big batches (the PySpark sink's 1 MiB requests of 256 KiB batches) was copied
+    whole into a fresh allocation before the socket copied it again; in pieces, what the
+    socket takes at once is copied only by the kernel. Small requests stay one piece, one write.
+    """
+    out = _chunks(request, version, correlation_id, client_id)
+    if all(len(c) < WRITE_APART_BYTES for c in out):
+        return [b"".join(out)]
+    pieces: list[Chunk] = []
+    small: list[Chunk] = []
+    for chunk in out:
+        if len(chunk) >= WRITE_APART_BYTES:
+            if small:
+                pieces.append(b"".join(small))
+                small = []
+            pieces.append(chunk)
+        else:
+            small.append(chunk)
+    if small:
+        pieces.append(b"".join(small))
+    return pieces
+
+
+def _chunks(request: KafkaRequest[Any], version: int, correlation_id: int,
+            client_id: str | None) -> list[Chunk]:
     out: list[Chunk] = [b"", _header_tail(client_id, request.header_version(version))]
     request.write(out, version)
     out[0] = _SIZE_AND_HEADER_START.pack(
         _HEADER_START_SIZE + sum(map(len, out)), request.API_KEY, version, correlation_id)
-    return b"".join(out)
+    return out
 
 
 # size prefix, then the header's api key, api version and correlation id

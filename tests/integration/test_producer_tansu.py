@@ -17,6 +17,7 @@ from aiokprod.errors import (
     RecordTooLargeError,
     SerializationError,
 )
+from aiokprod.network import connection
 from aiokprod.protocol import MetadataRequest, MetadataResponse
 from support.reader import read_back
 from support.round_trip import CODECS, round_trip_varied_records
@@ -49,6 +50,37 @@ async def test_keyed_records_keep_partition_and_order(
         per_key[r.key].append(int(r.value))
     assert sum(len(v) for v in per_key.values()) == 2000
     assert all(v == sorted(v) for v in per_key.values())
+
+
+async def test_requests_of_big_batches_written_in_pieces_arrive_whole(
+    tansu: TansuBroker, new_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches of 256 KiB, up to four a request: each request leaves in pieces (its records
+    buffers uncopied; ``writelines`` from Python 3.12, one write each before), and every
+    record arrives in order, read by an independent reader."""
+    written: list[int] = []
+    write_pieces = connection._write_pieces
+
+    def counting(transport: asyncio.Transport, pieces: list[bytes]) -> None:
+        written.append(len(pieces))
+        write_pieces(transport, pieces)
+
+    monkeypatch.setattr(connection, "_write_pieces", counting)
+    topic = new_topic(partitions=2)
+    count = 3000
+    values = [f"{i:06d}".encode().ljust(1024, b"v") for i in range(count)]
+    async with Producer(bootstrap_servers=tansu.bootstrap, batch_size=262_144,
+                        linger_ms=50) as producer:
+        for start in range(0, count, 500):
+            part = values[start:start + 500]
+            await producer.send_many(topic, part, keys=[b"%d" % (i % 2) for i in range(len(part))])
+        await producer.flush()
+    assert written and all(n >= 2 for n in written)
+    records = read_back(tansu.bootstrap, topic, expected=count)
+    assert sorted(r.value or b"" for r in records) == values
+    for p in (0, 1):
+        mine = [r.value for r in sorted(records, key=lambda r: r.offset) if r.partition == p]
+        assert mine == sorted(mine)
 
 
 async def test_send_and_wait_flush_and_from_config(

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from aiokprod.protocol import ProduceRequest, ProduceResponse
-from aiokprod.protocol.framing import encode_request
+from aiokprod.protocol.framing import WRITE_APART_BYTES, encode_request, encode_request_pieces
 from aiokprod.protocol.produce_body import ProduceBody, Topics
 
 _ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
@@ -36,6 +36,28 @@ def test_the_frame_is_the_generated_requests(version: int, transactional_id: str
     decoded = ProduceRequest.decode(memoryview(ours)[header:], version)
     assert [bytes(p.records or b"") for t in decoded.topic_data for p in t.partition_data] == \
         [bytes(records), b"", bytes(records)]
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 11, 13])
+def test_a_frame_of_big_batches_is_written_in_pieces_their_records_uncopied(version: int) -> None:
+    """Records buffers of WRITE_APART_BYTES or more are pieces of their own, the very buffers
+    the batches hold; the bytes between them are joined; the pieces are the frame."""
+    big = memoryview(bytearray(b"b" * WRITE_APART_BYTES))
+    bigger = memoryview(bytearray(b"c" * (4 * WRITE_APART_BYTES)))
+    small = memoryview(bytearray(b"small batch"))
+    by_id = version > 12
+    topics: Topics = [(_ID if by_id else "orders", [(0, big), (1, small), (2, bigger)]),
+                      (uuid.UUID(int=7) if by_id else "audit", [(0, small)])]
+    body = ProduceBody("txn", -1, 30000, topics)
+    pieces = encode_request_pieces(body, version, 42, "c")
+    assert b"".join(pieces) == encode_request(body, version, 42, "c")
+    apart = [p for p in pieces if len(p) >= WRITE_APART_BYTES]
+    assert len(apart) == 2 and apart[0] is big and apart[1] is bigger
+    assert len(pieces) == 5  # header and partition 0's, big, partition 1's and 2's, bigger, rest
+    # a request of small batches stays one piece: one write, as before
+    alone = ProduceBody(None, 1, 1000, [(_ID if by_id else "t", [(0, small)])])
+    one = encode_request_pieces(alone, version, 1, None)
+    assert len(one) == 1 and isinstance(one[0], bytes)
 
 
 def test_it_is_framed_as_a_produce_request() -> None:
