@@ -83,7 +83,7 @@ async def test_an_illegal_topic_name_is_refused_at_once_and_later_topics_still_r
 ) -> None:
     topic = new_topic()
     async with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=1,
-                        max_block_ms=5000) as producer:
+                        max_block_ms=60_000) as producer:
         started = time.monotonic()
         with pytest.raises(InvalidTopicError, match=why):
             await producer.send(name, b"v")
@@ -91,7 +91,8 @@ async def test_an_illegal_topic_name_is_refused_at_once_and_later_topics_still_r
             await producer.send_many(name, [b"v"])
         with pytest.raises(InvalidTopicError):
             await producer.partitions_for(name)
-        assert time.monotonic() - started < 1.0
+        # at once (milliseconds), not after max_block_ms: a bound far from both
+        assert time.monotonic() - started < 30.0
         md = await producer.send_and_wait(topic, b"after")
         assert md.topic == topic
 

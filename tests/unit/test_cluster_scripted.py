@@ -71,8 +71,9 @@ async def test_dead_bootstrap_server_first_costs_at_most_the_stagger(dead_mode: 
         elapsed = time.monotonic() - start
         assert meta.partition_ids == (0,)
         assert dead.connect_attempts == 1
-        # 250 ms at most (1 s loaded) vs a 10 s set-up or 20 s request timeout
-        assert elapsed < 3.0, elapsed
+        # 250 ms at most vs a 10 s set-up or 20 s request timeout: the bound sits just under
+        # what it rules out, far above the normal case (a loaded machine stalls for seconds)
+        assert elapsed < 9.0, elapsed
 
 
 async def test_dead_bootstrap_server_second_is_never_waited_on() -> None:
@@ -105,13 +106,13 @@ async def test_silent_node_attempt_is_bounded_by_the_setup_timeout() -> None:
         start = time.monotonic()
         conn = await c.least_loaded_connection(20_000)
         assert conn.port == 9001
-        # the stagger (100 ms), not the 20 s request timeout
-        assert 0.09 < time.monotonic() - start < 2.0
+        # the stagger (100 ms), not the 20 s request timeout (nor the 10 s of a doubled set-up)
+        assert 0.09 < time.monotonic() - start < 9.0
         assert good.connect_attempts == 1
         # the silent one is still connecting; its attempt ends at its bound, ~300 ms
         await eventually(lambda: c.statistics().failed_connects == 1)
-        # 300 ms ± 20% jitter; connect_timeout_max_ms (10 s) would be far over
-        assert 0.23 < time.monotonic() - start < 3.0
+        # 300 ms ± 20% jitter; connect_timeout_max_ms (10 s) would be over
+        assert 0.23 < time.monotonic() - start < 9.0
         assert isinstance(c.node_error(-1), KafkaConnectionError)
         assert "socket.connection.setup.timeout.ms=" in str(c.node_error(-1))
         assert silent.open_transports() == []
@@ -127,7 +128,7 @@ async def test_every_server_dead_fails_within_the_timeout_naming_each() -> None:
         start = time.monotonic()
         with pytest.raises(KafkaConnectionError) as info:
             await c.least_loaded_connection(700)
-        assert 0.65 < time.monotonic() - start < 3.0  # its 700 ms, not the 20 s request timeout
+        assert 0.65 < time.monotonic() - start < 15.0  # its 700 ms, not the 20 s request timeout
         text = str(info.value)
         assert "127.0.0.1:9000" in text and "127.0.0.1:9001" in text
         assert "refused" in text.lower() or "Connect call failed" in text
@@ -412,7 +413,7 @@ async def test_acks0_request_times_out_when_the_buffer_never_drains() -> None:
         future = conn.send(request, expect_response=False)
         with pytest.raises(RequestTimeoutError, match="acks=0"):
             await future
-        assert 0.25 < time.monotonic() - start < 5.0  # 300 ms, not never
+        assert 0.25 < time.monotonic() - start < 30.0  # 300 ms, not never
         assert not conn.connected
 
 
