@@ -63,8 +63,11 @@ async def test_dead_bootstrap_server_first_costs_at_most_the_stagger(dead_mode: 
     serves the metadata within the dial stagger (250 ms), not a set-up or request timeout."""
     net = one_broker_net(topics={"t": {0: 1}})
     dead = net.node(9000, dead_mode)
+    # the dead server's reconnect backoff far above the test: one attempt, however slowly a
+    # loaded machine brings the second server's connection up
     async with running(net, f"{H}:9000,{H}:9001", start=False, connect_timeout_ms=10_000,
-                       connect_timeout_max_ms=10_000, request_timeout_ms=20_000) as c:
+                       connect_timeout_max_ms=10_000, request_timeout_ms=20_000,
+                       reconnect_backoff_ms=600_000, reconnect_backoff_max_ms=600_000) as c:
         start = time.monotonic()
         c.start()
         meta = await c.wait_for_topic("t", 30_000)
