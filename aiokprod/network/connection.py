@@ -364,13 +364,9 @@ class BrokerConnection:
                 response_type.header_version(version), deadline, request.API_NAME, now))
             if deadline < self._timer_deadline:
                 self._arm_timer(deadline)
-        if len(pieces) == 1:
-            transport.write(pieces[0])
-            self.bytes_sent += len(pieces[0])
-        else:
-            _write_pieces(transport, pieces)
-            self.bytes_sent += sum(map(len, pieces))
+        _write_pieces(transport, pieces)
         self.requests_sent += 1
+        self.bytes_sent += sum(map(len, pieces))
         if not expect_response:
             self._unanswered.append(correlation_id)
             if self._write_paused:
@@ -663,11 +659,12 @@ def _unsupported_api_versions(body: memoryview) -> Any:
 
 
 def _write_pieces(transport: asyncio.Transport, pieces: list[Any]) -> None:
-    """A frame in pieces (``encode_request_pieces``): from Python 3.12 the selector transport's
-    ``writelines`` hands them to one ``sendmsg`` and keeps what the socket did not take as
-    views, uncopied; before 3.12 ``writelines`` joins them, so each is written in turn (the
-    transport sends it at once while its buffer is empty, and copies it in otherwise)."""
-    if _WRITELINES_GATHERS:
+    """A frame in pieces (``encode_request_pieces``; most frames are one). From Python 3.12
+    the selector transport's ``writelines`` hands several to one ``sendmsg`` and keeps what the
+    socket did not take as views, uncopied; before 3.12 ``writelines`` joins them, so each is
+    written in turn (the transport sends it at once while its buffer is empty, and copies it
+    in otherwise)."""
+    if _WRITELINES_GATHERS and len(pieces) > 1:
         transport.writelines(pieces)
     else:
         for piece in pieces:
