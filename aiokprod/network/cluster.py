@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokprod._error_codes import ErrorCode
-from aiokprod._waits import wait_event
+from aiokprod._waits import wait_event, wait_within
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
@@ -330,7 +330,7 @@ class Cluster:
     async def refresh_now(self, timeout_ms: float) -> None:
         """Refresh once, bounded; used at start-up and by tests."""
         try:
-            await asyncio.wait_for(self._refresh_once(), timeout_ms / 1000)
+            await wait_within(self._refresh_once(), timeout_ms / 1000)
         except asyncio.TimeoutError:
             raise KafkaTimeoutError(f"[client {self.client_id}] no metadata within "
                                     f"{round(timeout_ms)} ms") from None
@@ -358,7 +358,7 @@ class Cluster:
                     f"no metadata for metadata.recovery.rebootstrap.trigger.ms="
                     f"{self.rebootstrap_trigger_ms}: {self._last_error}")
             try:
-                await asyncio.wait_for(self._refresh_once(), self._attempt_bound(now))
+                await wait_within(self._refresh_once(), self._attempt_bound(now))
             except (KafkaError, asyncio.TimeoutError) as exc:  # the bound of this attempt
                 self._failures += 1
                 self._last_error = exc

@@ -49,6 +49,7 @@ from typing import Any, TypeVar, cast
 
 from aiokprod._error_codes import ErrorCode
 from aiokprod._version import __version__
+from aiokprod._waits import wait_within
 from aiokprod.errors import (
     AuthenticationError,
     KafkaConnectionError,
@@ -208,7 +209,7 @@ class BrokerConnection:
             timeout=f"socket.connection.setup.timeout.ms={round(connect_timeout_ms)}")
         try:
             with map_exceptions(errors):
-                await asyncio.wait_for(
+                await wait_within(
                     self._dial_and_negotiate(connect, send_buffer_bytes, receive_buffer_bytes),
                     connect_timeout_ms / 1000)
         except KafkaError as exc:

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from aiokprod._waits import wait_within
+
 __all__ = ["HttpError", "HttpResponse", "display_url", "exchange"]
 
 
@@ -73,10 +75,10 @@ async def exchange(method: str, url: str, body: bytes | None, headers: Mapping[s
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     context = ssl_context if secure else None
     try:
-        reader, writer = await asyncio.wait_for(
+        reader, writer = await wait_within(
             asyncio.open_connection(host, port, ssl=context,
                                     server_hostname=host if context else None, limit=64 * 1024),
-            connect_timeout_s)
+            connect_timeout_s, discard=lambda opened: opened[1].close())
     except asyncio.TimeoutError:
         raise HttpError("no connection in time", connecting=True, timed_out=True) from None
     except ssl.SSLError as exc:
@@ -94,8 +96,7 @@ async def exchange(method: str, url: str, body: bytes | None, headers: Mapping[s
         head += [f"{name}: {value}" for name, value in headers.items()]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
         try:
-            return await asyncio.wait_for(_read_response(reader, max_response_bytes),
-                                          read_timeout_s)
+            return await wait_within(_read_response(reader, max_response_bytes), read_timeout_s)
         except asyncio.TimeoutError:
             raise HttpError("no complete answer in time", timed_out=True) from None
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
@@ -105,7 +106,7 @@ async def exchange(method: str, url: str, body: bytes | None, headers: Mapping[s
         writer.close()
         with contextlib.suppress(Exception):
             # TLS close_notify: bounded like the exchange itself
-            await asyncio.wait_for(writer.wait_closed(), read_timeout_s)
+            await wait_within(writer.wait_closed(), read_timeout_s)
 
 
 async def _read_response(reader: asyncio.StreamReader, limit: int) -> HttpResponse:

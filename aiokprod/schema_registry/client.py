@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from aiokprod._waits import wait_within
 from aiokprod.network.http import HttpError, HttpResponse, display_url, exchange
 from aiokprod.schema_registry.errors import SchemaRegistryError
 from aiokprod.schema_registry.schema import RegisteredSchema, Schema, SchemaReference
@@ -203,7 +204,7 @@ class SchemaRegistryClient:
         handshake, the request and the answer together)."""
         bound = self._timeout_ms / 1000
         try:
-            return await asyncio.wait_for(
+            return await wait_within(
                 exchange(method, url, payload, self._headers, ssl_context=self._ssl,
                          connect_timeout_s=bound, read_timeout_s=bound,
                          max_response_bytes=MAX_RESPONSE_BYTES), bound)

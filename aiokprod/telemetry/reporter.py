@@ -24,7 +24,7 @@ from typing import Any
 
 from aiokprod._sensors import MetricsRegistry
 from aiokprod._version import __version__
-from aiokprod._waits import wait_event
+from aiokprod._waits import wait_event, wait_within
 from aiokprod.errors import KafkaError
 from aiokprod.network.cluster import Cluster
 from aiokprod.network.connection import BrokerConnection
@@ -209,7 +209,7 @@ class ClientTelemetry:
                 return
             bound_ms = max(1, min(self._request_timeout_ms, int(timeout * 1000)))
             try:
-                await asyncio.wait_for(self._exchange(conn, bound_ms), timeout)
+                await wait_within(self._exchange(conn, bound_ms), timeout)
             except asyncio.TimeoutError:
                 log.debug("[client %s] telemetry: terminating push not answered within %.3f s "
                           "(the close timeout)", self._client_id, timeout)

@@ -207,6 +207,27 @@ async def test_cancelled_caller_leaves_connection_usable() -> None:
             conn.close()
 
 
+async def test_open_cancelled_in_the_turn_its_set_up_ends_is_cancelled_and_closed() -> None:
+    """A dial cancelled (its pool closing) in the very turn its set-up completes ends cancelled,
+    its socket closed. ``asyncio.wait_for`` before 3.12 swallowed that cancellation and handed
+    the open connection to a caller that had left, so nobody ever closed it."""
+    async with ScriptedBroker() as broker:
+        opener = asyncio.ensure_future(open_conn(broker))
+        set_up = None
+        for _ in range(10):  # the set-up task exists after the opener's first step
+            await asyncio.sleep(0)
+            set_up = next((t for t in asyncio.all_tasks()
+                           if t.get_coro().__name__ == "_dial_and_negotiate"), None)
+            if set_up is not None:
+                break
+        assert set_up is not None and not set_up.done()  # it needs the broker's answer first
+        set_up.add_done_callback(lambda _: opener.cancel())
+        with pytest.raises(asyncio.CancelledError):
+            await opener
+        assert set_up.done() and not set_up.cancelled()  # the set-up itself had succeeded
+        await eventually(lambda: len(broker.writers) == 1 and broker.writers[0].is_closing())
+
+
 async def test_answer_to_a_request_sent_without_expecting_one_is_ignored() -> None:
     """Tansu answers Produce with acks=0; Kafka does not. Either must keep the link healthy."""
     async with ScriptedBroker(handler=metadata_answer) as broker:
