@@ -100,7 +100,9 @@ def test_example_runs_from_a_clean_venv(name: str, site_dir: Path, tansu: TansuB
     # Spark's JVM as the test sessions run it (C1, serial collector: spark_fixtures), given
     # through the `java` launcher's environment, not the example: the two Spark examples'
     # machine CPU went from 43 s to 31 s (quiet machine); what they do and print is the same.
-    jvm = {"JDK_JAVA_OPTIONS": JAVA_OPTIONS} if name in SPARK else {}
+    # (its scratch in the test's directory, not in /tmp)
+    jvm = {"JDK_JAVA_OPTIONS": f"{JAVA_OPTIONS} -Djava.io.tmpdir={tmp_path}"} \
+        if name in SPARK else {}
     # 600 s: a Spark example takes 15-50 s; a loaded pair with a `make demo` beside it (three
     # suites' work on two cores) took the streaming one past 240 s
     done = subprocess.run([clean.python, str(EXAMPLES / name), *args], capture_output=True,

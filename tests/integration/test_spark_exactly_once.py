@@ -369,7 +369,7 @@ def test_the_driver_dying_between_two_commits_and_a_rerun_give_every_row_once(
 
 def test_the_driver_jvm_killed_during_its_commit_and_a_rerun_give_every_row_once(
         spark: SparkSession, kafka: KafkaCluster, kafka_topic: Callable[..., str],
-        small_arrow_batches: None) -> None:
+        small_arrow_batches: None, tmp_path: Path) -> None:
     """A driver of its own (``support/spark_driver_dies.py``, another process) commits
     partition 0's transaction and then its JVM is SIGKILLed: no ``abort()`` runs, partition
     1's transaction is left open. Partition 0's rows are visible, partition 1's not. A re-run
@@ -381,7 +381,7 @@ def test_the_driver_jvm_killed_during_its_commit_and_a_rerun_give_every_row_once
     script = Path(__file__).parents[1] / "support" / "spark_driver_dies.py"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     driver = subprocess.Popen([sys.executable, str(script), kafka.bootstrap, topic, write_id,
-                               str(ROWS)], env=env, start_new_session=True,
+                               str(ROWS), str(tmp_path)], env=env, start_new_session=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         output, _ = driver.communicate(timeout=240)

@@ -575,6 +575,9 @@ class KafkaCluster:
         sharing = [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto"] if archive else []
         return [
             "java", *heap, *self.jvm_options, *sharing,
+            # what the JVM unpacks (lz4's and snappy's native libraries) stays in the node's
+            # directory and goes with it; in /tmp, a killed broker left it there for good
+            f"-Djava.io.tmpdir={node.directory}",
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={node.directory}",
             "-cp", os.pathsep.join((self.jars.classpath, *self.extra_classpath)), main, *args,

@@ -66,6 +66,8 @@ class RegistryServer:
         self.port, self.tls_port = free_ports(2)
         argv = [
             "java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+            # Vert.x's file cache and other scratch in the registry's directory, not in /tmp
+            f"-Djava.io.tmpdir={self.directory}",
             "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
             f"-Dquarkus.http.ssl-port={self.tls_port}",
             f"-Dquarkus.http.ssl.certificate.files={self.tls.server_chain}",

@@ -1,8 +1,8 @@
 """A Spark driver that dies during the sink's commit: run as a script, in a process of its own.
 
-``python spark_driver_dies.py BOOTSTRAP TOPIC WRITE_ID ROWS`` writes ``ROWS`` string values in 2
-Spark partitions, each to the Kafka partition of its number, through the exactly-once sink with
-``transactional.write.id`` = WRITE_ID.
+``python spark_driver_dies.py BOOTSTRAP TOPIC WRITE_ID ROWS SCRATCH`` writes ``ROWS`` string
+values in 2 Spark partitions, each to the Kafka partition of its number, through the exactly-once
+sink with ``transactional.write.id`` = WRITE_ID; its JVM's scratch files go to SCRATCH.
 The driver's commit commits partition 0's transaction, then SIGKILLs the driver's JVM — the
 process that holds the SparkContext, found as the commit worker's nearest ``java`` ancestor —
 and exits: no ``abort()`` runs, partition 1's transaction stays open. The test that runs this
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 
-def main(bootstrap: str, topic: str, write_id: str, rows: int) -> None:
+def main(bootstrap: str, topic: str, write_id: str, rows: int, scratch: Path) -> None:
     from pyspark.sql import SparkSession
-    from spark_fixtures import JVM_CONFIG  # this script's directory is on sys.path
+    from spark_fixtures import jvm_config  # this script's directory is on sys.path
 
     from aiokprod.spark import KafkaDataSource
 
@@ -55,7 +55,7 @@ def main(bootstrap: str, topic: str, write_id: str, rows: int) -> None:
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
-             .config(map=JVM_CONFIG)
+             .config(map=jvm_config(scratch))
              .getOrCreate())
     spark.dataSource.register(DriverDies)
     # each Spark partition writes its own Kafka partition: partition 1's transaction, left
@@ -73,4 +73,4 @@ def main(bootstrap: str, topic: str, write_id: str, rows: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]))

@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
@@ -60,6 +61,16 @@ SHIPPED_MARK = "AIOKPROD_SHIPPED_ENVIRONMENT"
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 JVM_CONFIG = {"spark.driver.extraJavaOptions": JAVA_OPTIONS,
               "spark.executor.extraJavaOptions": JAVA_OPTIONS}
+
+
+def jvm_config(scratch: Path) -> dict[str, str]:
+    """``JVM_CONFIG`` with every scratch file of the session's JVMs in ``scratch``: Spark's
+    block manager and its spark-* and artifacts-* directories, and the native libraries the
+    JVMs unpack. In /tmp a JVM ended by force (a killed driver, a session stopped on a bound)
+    left them there for good, a few every run."""
+    config = {name: f"{options} -Djava.io.tmpdir={scratch}"
+              for name, options in JVM_CONFIG.items()}
+    return {**config, "spark.local.dir": str(scratch)}
 
 
 def require_java() -> None:
@@ -170,6 +181,8 @@ class _Running:
     session: Any
     jvm: subprocess.Popen[bytes]
     saved_env: dict[str, str | None]
+    # the session's scratch (spark.local.dir, java.io.tmpdir): removed once its JVMs ended
+    scratch: Path
     added_path: list[str] = field(default_factory=list)
 
 
@@ -210,7 +223,8 @@ class SparkSessions:
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.python.worker.reuse", "true")
         )
-        for name, value in {**JVM_CONFIG, **(config or {})}.items():
+        scratch = Path(tempfile.mkdtemp(prefix="aiokprod-spark-"))
+        for name, value in {**jvm_config(scratch), **(config or {})}.items():
             builder = builder.config(name, value)
         here = os.getcwd()
         try:
@@ -225,6 +239,7 @@ class SparkSessions:
                 SparkContext._gateway = None
                 SparkContext._jvm = None
             _restore(saved)
+            shutil.rmtree(scratch, ignore_errors=True)
             raise
         finally:
             os.chdir(here)
@@ -232,7 +247,7 @@ class SparkSessions:
         assert gateway is not None
         # --py-files puts the shipped zip on the driver's sys.path too; taken out at stop
         added = [p for p in sys.path if p not in path_before]
-        self._running = _Running(master, session, gateway.proc, saved, added)
+        self._running = _Running(master, session, gateway.proc, saved, scratch, added)
         session.sparkContext.setLogLevel("ERROR")
         session.dataSource.register(KafkaDataSource)
         return session
@@ -251,6 +266,7 @@ class SparkSessions:
                 SparkContext._gateway.shutdown()
         finally:
             _end_jvm(jvm)
+            shutil.rmtree(running.scratch, ignore_errors=True)
             SparkContext._gateway = None
             SparkContext._jvm = None
             for entry in running.added_path:
