@@ -24,6 +24,7 @@ from aiokprod.producer.batching.buffer_pool import BufferPool
 from aiokprod.producer.batching.send_rules import SendRules
 from aiokprod.producer.idempotent.idempotence import IdempotenceManager
 from aiokprod.producer.partition import Partitions
+from aiokprod.producer.sending.outcomes import BatchOutcomes
 from aiokprod.records import CompressionRatioEstimator, CompressionType, read_batches
 
 TOPIC = "t"
@@ -438,6 +439,40 @@ async def test_expire_returns_batches_past_delivery_timeout() -> None:
     (expired,) = h.acc.expire(h.clock.now)
     assert expired.record_futures() == [young]
     assert not h.acc.has_queued()
+
+
+async def test_outcomes_look_for_expired_batches_only_once_one_can_have_expired() -> None:
+    """``BatchOutcomes.expire`` runs at every sender pass; it reads every queue and wire only
+    once a batch can have expired: the earliest deadline its last look found, or a batch
+    created since then expiring ``delivery.timeout.ms`` after that look."""
+    h = Harness(linger_ms=10_000, delivery_timeout_ms=1000)
+    outcomes = BatchOutcomes(
+        accumulator=h.acc, idempotence=None, transactions=None, retries=0,
+        delivery_timeout_ms=1000, client_id="t", on_ack=None, metrics=None,
+        refresh_metadata=lambda: None, on_fatal=lambda error: None)
+    looks = 0
+    expire = h.acc.expire
+
+    def counted(now: float) -> list[ProducerBatch]:
+        nonlocal looks
+        looks += 1
+        return expire(now)
+
+    h.acc.expire = counted  # type: ignore[method-assign]
+    old = h.append(partition=0)
+    assert outcomes.expire(h.clock.now) == pytest.approx(1.0)
+    h.clock.advance(0.6)
+    young = h.append(partition=1)  # created after the look: it expires after ``old``
+    assert outcomes.expire(h.clock.now) == pytest.approx(0.4)
+    assert looks == 1
+    h.clock.advance(0.4 + EPS)
+    assert outcomes.expire(h.clock.now) == pytest.approx(0.6)
+    assert looks == 2
+    assert isinstance(old.exception(), KafkaTimeoutError) and not young.done()
+    h.clock.advance(0.6)
+    outcomes.expire(h.clock.now)
+    assert looks == 3
+    assert isinstance(young.exception(), KafkaTimeoutError)
 
 
 # ---------------------------------------------------------------------------------- memory

@@ -63,6 +63,8 @@ class BatchOutcomes:
         self._on_fatal = on_fatal
         self.retries_done = 0
         self.failed_batches = 0
+        # the earliest instant a batch can expire, as the last look found it (``expire``)
+        self._next_expiry = -math.inf
 
     def sent(self, node: int, batches: list[ProducerBatch], now: float) -> None:
         """The batches went out in one request (their partitions put them on the wire when
@@ -232,7 +234,15 @@ class BatchOutcomes:
 
     def expire(self, now: float) -> float:
         """Fail the batches past delivery.timeout.ms, queued or on the wire; returns how long
-        until the next batch on the wire would expire (one look at the partitions' wires)."""
+        until the next one could expire.
+
+        It looks only once one could have. A batch created after a look expires
+        delivery.timeout.ms after it at the earliest, and a batch the look saw (queued, on the
+        wire, or later retried or split, which keeps its creation time) at the deadline the look
+        found, so nothing can expire before the earlier of the two. The sender asks at every
+        pass (one per request and per answer); a look reads every queue and every wire."""
+        if now < self._next_expiry:
+            return self._next_expiry - now
         for batch in self._acc.expire(now):
             if self._idem is not None:
                 self._idem.on_delivery_timeout(batch, possibly_written=batch.attempts > 0)
@@ -249,4 +259,6 @@ class BatchOutcomes:
             if self._idem is not None:
                 self._idem.on_delivery_timeout(batch, possibly_written=True)
             self.fail(batch, self._acc.delivery_timeout_error(batch, now), still_on_wire=True)
-        return oldest + timeout - now
+        delay = min(oldest + timeout - now, self._acc.next_expiry_delay(now), timeout)
+        self._next_expiry = now + delay
+        return delay

@@ -207,7 +207,7 @@ class Sender:
             # or memory when it did) fail at once, not at delivery.timeout.ms
             for batch in acc.abort_queued():
                 self._outcomes.fail(batch, self.fatal_error)
-        wire_expiry = self._outcomes.expire(now)
+        expiry = self._outcomes.expire(now)
         idem = self._idem
         if idem is not None and self.fatal_error is None and idem.needs_producer_id() and \
                 self._txn is None:
@@ -218,7 +218,7 @@ class Sender:
             for topic in ready.unknown_leader_topics:
                 cluster.add_topic(topic)
             cluster.request_update()
-        delay = min(ready.next_ready_delay, acc.next_expiry_delay(now), wire_expiry)
+        delay = min(ready.next_ready_delay, expiry)
         nodes: list[int] = []
         on_node_ready = self._on_node_ready
         in_flight_requests = self._exchange.in_flight_requests
