@@ -147,9 +147,11 @@ async def test_tokens_are_refreshed_before_expiry_and_sessions_renewed_on_the_sa
     """Short-lived tokens: the broker ends each session when its token expires; the producer
     fetches a new token before that and re-authenticates on the same socket (KIP-368),
     with produce requests in flight and none lost or repeated."""
-    # renewed at 85-95 % of a 10 s session: 0.5-1.5 s for the token fetch and the renewal
-    # before the broker would close the connection, room for a loaded machine
-    lifetime_s = 10
+    # renewed at 85-95 % of a 20 s session: 1-3 s for the token fetch (from the IdP's thread
+    # in this process) and the renewal before the broker closes the connection. 10 s sessions
+    # left 0.5-1.5 s, and a loaded pair of suites once took longer: the broker closed the
+    # connection and the producer opened another (nothing lost, the assertion below failed)
+    lifetime_s = 20
     idp.token_lifetime_s = lifetime_s
     topic = f"oauth-refresh-{uuid.uuid4().hex[:8]}"
     oidc.create_topic(topic, 3)
@@ -170,10 +172,8 @@ async def test_tokens_are_refreshed_before_expiry_and_sessions_renewed_on_the_sa
                 return max((conn.reauthentications for conn in broker_connections().values()),
                            default=0)
 
-            # 2.6 token lifetimes, and on until two renewals (bounded) should a loaded
-            # machine slow them
-            while time.monotonic() - started < 2.6 * lifetime_s or (
-                    renewed() < 2 and time.monotonic() - started < 2.6 * lifetime_s + 20):
+            # until two renewals (the second at 1.7-1.9 lifetimes), bounded far above that
+            while renewed() < 2 and time.monotonic() - started < 2.6 * lifetime_s + 20:
                 for _ in range(20):
                     futures.append(await producer.send(topic, f"{sent}".encode(),
                                                        key=f"k{sent % 6}".encode()))
@@ -199,8 +199,7 @@ async def test_tokens_are_refreshed_before_expiry_and_sessions_renewed_on_the_sa
     assert id(links[broker]) == first_connections[broker]
     # sessions end at token expiry (well before connections.max.reauth.ms)
     assert 0 < lifetimes[broker] <= lifetime_s * 1000, lifetimes
-    # 26 s of 10 s tokens renewed at 85-95 % of their sessions: at least two renewals, each
-    # with a token fetched for it
+    # two renewals at least, each with a token fetched for it
     assert renewals[broker] >= 2, renewals
     assert fetches >= 1 + renewals[broker], (fetches, renewals)
     records = read_back(oidc.bootstrap, topic, expected=sent, timeout=60)
