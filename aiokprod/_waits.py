@@ -13,6 +13,7 @@ cancellation whatever completed beside it, so every bounded wait here is built o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -23,13 +24,9 @@ T = TypeVar("T")
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     """Wait until ``event`` is set, at most ``timeout`` seconds; True if it was set."""
-    if event.is_set():
-        return True
-    waiter = asyncio.ensure_future(event.wait())
-    try:
-        await asyncio.wait((waiter,), timeout=max(0.0, timeout))
-    finally:
-        waiter.cancel()
+    if not event.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await wait_within(event.wait(), timeout)
     return event.is_set()
 
 

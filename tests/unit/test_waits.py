@@ -9,7 +9,7 @@ import re
 import pytest
 
 import aiokprod
-from aiokprod._waits import wait_within
+from aiokprod._waits import wait_event, wait_within
 
 
 async def test_result_within_the_bound() -> None:
@@ -77,6 +77,19 @@ async def test_cancelled_while_waiting_ends_the_work_first() -> None:
     with pytest.raises(asyncio.CancelledError):
         await outer
     assert ended == [True]
+
+
+async def test_wait_event_cancelled_in_the_turn_the_event_lands_raises() -> None:
+    """The event set, its waiter run to its end, then the cancellation in that same turn:
+    ``asyncio.wait_for`` before 3.12 returned True here and the cancellation was lost."""
+    event = asyncio.Event()
+    outer = asyncio.ensure_future(wait_event(event, 30))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the outer task waits, and so does its waiter on the event
+    event.set()  # schedules the waiter's last step
+    asyncio.get_running_loop().call_soon(outer.cancel)  # runs right after that step
+    with pytest.raises(asyncio.CancelledError):
+        await outer
 
 
 def test_the_package_bounds_its_waits_here_only() -> None:
