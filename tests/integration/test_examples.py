@@ -24,7 +24,7 @@ import pytest
 
 from aiokprod import Producer
 from aiokprod.devbroker import TansuBroker
-from support.example_venv import CleanPython, example_install, prepare
+from support.example_venv import ROOT, CleanPython, example_install, prepare, wheel_sources
 from support.processes import frozen
 from support.reader import read_back
 from support.schema_registry_server import RegistryServer
@@ -71,6 +71,18 @@ def test_every_example_is_run_from_a_clean_venv() -> None:
     assert names == sorted(COMMAND_LINE + SERVED + REGISTRY)
     for name in names:
         example_install(EXAMPLES / name)
+
+
+def test_the_examples_wheel_is_built_from_every_source_the_package_tracks() -> None:
+    """What keys the cached wheel of the work tree, and is copied for its build, holds every
+    file git tracks in the package: without the native extension's .pxi files, a change to one
+    kept the key, and the examples ran a wheel of the code before it."""
+    tracked = subprocess.run(["git", "ls-files", "aiokprod"], cwd=ROOT, capture_output=True,
+                             text=True, check=False, timeout=60)
+    if tracked.returncode != 0:
+        pytest.skip(f"not a git work tree: {tracked.stderr.strip()}")
+    listed = {str(path.relative_to(ROOT)) for path in wheel_sources()}
+    assert set(tracked.stdout.split()) - listed == set()
 
 
 @pytest.fixture(scope="module")

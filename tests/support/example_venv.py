@@ -37,7 +37,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ROOT", "CleanPython", "example_install", "examples_cache_dir", "prepare"]
+__all__ = ["ROOT", "CleanPython", "example_install", "examples_cache_dir", "prepare",
+           "wheel_sources"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE_ENV = "AIOKPROD_EXAMPLES_CACHE"
@@ -106,26 +107,47 @@ def _run(argv: list[str], what: str, timeout: float) -> None:
                              f"{(done.stdout + done.stderr)[-4000:]}")
 
 
-def _source_files() -> list[Path]:
-    files = [ROOT / "pyproject.toml", ROOT / "setup.py", ROOT / "README.md"]
+# What a wheel of the work tree is built from: the build's own files and the package's sources,
+# the native extension's included .pxi files and its .pyi among them. The same list keys the
+# wheel's cache and is what the build sees, so a wheel cannot be reused for sources it was not
+# built from.
+_BUILD_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE")
+_PACKAGE_SUFFIXES = (".py", ".pyi", ".pyx", ".pxi", ".pxd", ".typed")
+
+
+def wheel_sources() -> list[Path]:
+    files = [ROOT / name for name in _BUILD_FILES]
     files += sorted(p for p in (ROOT / "aiokprod").rglob("*")
-                    if p.is_file() and p.suffix in (".py", ".pyx", ".pxd", ".typed"))
+                    if p.is_file() and p.suffix in _PACKAGE_SUFFIXES)
     return files
 
 
 def _wheel(cache: Path) -> Path:
     """A wheel of the work tree, built once per content of its sources (9 s on a quiet
-    machine, most of it compiling the native extension)."""
+    machine, most of it compiling the native extension).
+
+    It is built from a copy of those sources, not in the work tree: a build writes into the
+    tree it runs in (Cython's generated C beside the .pyx, ``aiokprod.egg-info``), and while the
+    example tests run, `make test` builds the other Pythons' venvs in the work tree. A build
+    with a new build environment generates the C again, so the two wrote and compiled the same
+    file at once."""
+    sources = wheel_sources()
     key = _digest(*(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes()
-                    for p in _source_files()))
+                    for p in sources))
     directory = cache / "wheels" / key
     with _locked(cache / "wheels"):
         wheels = sorted(directory.glob("aiokprod-*.whl"))
         if (directory / _MARKER).is_file() and wheels:
             return wheels[0]
         shutil.rmtree(directory, ignore_errors=True)
-        _run([_uv(), "build", "--wheel", "-q", "-o", str(directory), str(ROOT)],
+        copy = directory / "source"
+        for path in sources:
+            target = copy / path.relative_to(ROOT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        _run([_uv(), "build", "--wheel", "-q", "-o", str(directory), str(copy)],
              "building a wheel of the work tree", 600)
+        shutil.rmtree(copy)
         (directory / _MARKER).write_text("")
         # other contents' wheels are of no further use: keep the directory small
         for other in (cache / "wheels").iterdir():
