@@ -14,9 +14,6 @@ SUPPORTED_PYTHONS := 3.10 3.11 3.12 3.13
 PYTEST_FLAGS := -q -p no:cacheprovider
 # The edit loop: the pure parts and every protocol message (`make test-quick`).
 QUICK_TESTS := tests/unit tests/protocol
-# What needs brokers, Spark or the examples' venvs: the main run's four workers take these, while
-# QUICK_TESTS run beside them (test-unit-native).
-MAIN_TESTS := tests/integration tests/chaos
 # What the native twins (aiokprod/_native) change: the pure parts, where each twin is compared
 # with its native side, and the producer end to end against a real Tansu broker. `make test`
 # runs these again with AIOKPROD_NO_EXTENSIONS=1, the path an install without a compiler takes.
@@ -25,14 +22,13 @@ PURE_PYTHON_TESTS := $(QUICK_TESTS) tests/integration/test_producer_tansu.py
 # the above plus the producer with transactions against Tansu.
 TIER_TESTS := $(PURE_PYTHON_TESTS) tests/integration/test_transactions_tansu.py
 # The checks of the source tree (marker `static`: import graph, docs build, typing, metadata)
-# are the same on every Python and encoder: only test-unit-native has them.
+# are the same on every Python and encoder: only the main run has them.
 TIER_MARKS := -m 'not slow and not static'
-# The tiers and the pure-Python pass show the code works on that Python or encoder;
-# test-unit-native proves each property at its full count (tests/support/examples.py), these at
-# a tenth of it.
+# The tiers and the pure-Python pass show the code works on that Python or encoder; the main run
+# proves each property at its full count (tests/support/examples.py), these at a tenth of it.
 TIER_EXAMPLES := AIOKPROD_EXAMPLES_FRACTION=0.1
 
-.PHONY: test test-caches test-suite test-main test-beside test-beside-passes test-unit-native test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
+.PHONY: test test-caches test-suite test-main test-beside test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
 	docs bench bench-spark clean
 
 # setup.py builds the native extension (aiokprod/_native) in place when a compiler exists.
@@ -41,14 +37,10 @@ TIER_EXAMPLES := AIOKPROD_EXAMPLES_FRACTION=0.1
 # pyspark, which PyPI has only as source. pip stays in each venv for what users run; the example
 # tests install with uv what an example's `pip install` line names (tests/support/example_venv.py).
 UV := $(VENV)/bin/uv
-# An editable install builds in the work tree (Cython's C, aiokprod.egg-info, the extension), and
-# `make test` builds the other Pythons' venvs while other passes run: one build at a time, each
-# waiting up to 30 minutes for the one before (tools/locked.py).
-BUILD_LOCKED := $(PY) tools/locked.py .build.lock 1800
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	test -x $(PY) || { py=$$($(FIND_PYTHON) '$(PYTHON)') && "$$py" -m venv $(VENV); }
 	test -x $(UV) || $(PY) -m pip install -q --disable-pip-version-check uv
-	$(BUILD_LOCKED) $(UV) pip install -q -p $(PY) --upgrade-package pip pip -e '.[test]'
+	$(UV) pip install -q -p $(PY) --upgrade-package pip pip -e '.[test]'
 	touch $(STAMP)
 
 # Two lanes from the start: one fills the caches the Apache Kafka and Schema Registry fixtures
@@ -66,14 +58,13 @@ test:
 test-caches:
 	@py=$$($(FIND_PYTHON) '$(PYTHON)') && cd tests && "$$py" -m support.warm_caches
 
-# The generated files, ruff and mypy; then two lanes side by side (make -j2) that run the whole
-# suite once between them. The main run: what needs brokers, Spark or the examples' clean venvs,
-# on .venv's Python with the native path. Beside it, two passes at a time: unit + protocol on
-# the same Python and path at the full property counts with the static checks, the tiers of
-# every other supported Python, and the pure-Python pass. Both lanes spend much of their time
-# waiting for JVMs, sockets and timers, so each keeps more than one test process going; the
-# beside lane's output goes to $(BESIDE_LOG), summed up when it ends and printed whole if it
-# fails. Any pytest exit but 0 fails make, 5 (no test ran) included.
+# The generated files, ruff and mypy; then two runs side by side (make -j2): the whole suite,
+# once, on .venv's Python with the native path (brokers, Spark, the examples in clean venvs and
+# the static checks), and beside it the tiers of every other supported Python followed by the
+# pure-Python pass. The main run spends most of its time waiting for JVMs, Spark and timeouts
+# with one core idle, which the CPU-bound tiers fill; the tiers' output goes to
+# $(BESIDE_LOG), summed up when they end and printed whole if they fail. Any pytest exit but 0
+# fails make, 5 (no test ran) included.
 test-suite: $(STAMP)
 ifneq ($(origin PYTHON),file)
 	@# PYTHON given on the command line or in the environment: .venv must be that Python
@@ -104,16 +95,14 @@ endif
 # cluster file (80 s) and the 5-test FastAPI file (160 s) out behind ~70 short files.
 MAIN_WORKERS ?= 4
 test-main: $(STAMP)
-	@echo "== main run: $(MAIN_TESTS) on $$($(PY) -V), native path, $(MAIN_WORKERS) workers;" \
-		"beside it, in $(BESIDE_LOG): unit + protocol with the static checks, the other" \
-		"Pythons' tiers and the pure-Python pass"
-	$(VENV)/bin/pytest $(PYTEST_FLAGS) -n $(MAIN_WORKERS) --dist loadfile --no-loadscope-reorder \
-		$(MAIN_TESTS)
+	@echo "== main run: the whole suite on $$($(PY) -V), native path, $(MAIN_WORKERS) workers;" \
+		"beside it, in $(BESIDE_LOG): the other Pythons' tiers and the pure-Python pass"
+	$(VENV)/bin/pytest $(PYTEST_FLAGS) -n $(MAIN_WORKERS) --dist loadfile --no-loadscope-reorder
 
 BESIDE_LOG := .test-beside.log
 test-beside: $(STAMP)
 	@started=$$(date +%s); \
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-beside-passes >$(BESIDE_LOG) 2>&1; \
+	$(MAKE) --no-print-directory test-other-pythons test-pure-python >$(BESIDE_LOG) 2>&1; \
 	rc=$$?; took=$$(( $$(date +%s) - started )); \
 	if [ $$rc -eq 0 ]; then \
 		echo "== beside the main run, passed in $${took}s ($(BESIDE_LOG)):"; \
@@ -123,23 +112,6 @@ test-beside: $(STAMP)
 		cat $(BESIDE_LOG) >&2; \
 	fi; \
 	exit $$rc
-
-# The beside lane's passes, two at a time, longest first; each pass's output stays together in
-# $(BESIDE_LOG) (--output-sync). Their tests wait on timers and sockets as much as they compute
-# (the 3.13 tier's unit + protocol alone: 47 s, 22 s of CPU), so two fill what one leaves idle.
-test-beside-passes: test-unit-native $(addprefix beside-python-,$(SUPPORTED_PYTHONS)) \
-	test-pure-python
-
-# unit + protocol on .venv's Python and native path, every property at its full count, and the
-# static checks of the source tree: the part of the whole suite that needs no broker
-test-unit-native: $(STAMP)
-	@echo "== $$($(PY) -V), native path, full property counts, static checks: $(QUICK_TESTS)"
-	$(VENV)/bin/pytest $(PYTEST_FLAGS) $(QUICK_TESTS)
-
-# a tier for each supported Python but .venv's, which test-unit-native and the main run cover
-beside-python-%: $(STAMP)
-	@main=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])') && \
-	if [ "$*" != "$$main" ]; then $(MAKE) --no-print-directory test-python-$*; fi
 
 # The edit loop: unit + protocol on .venv's native path, static checks left out, the three
 # hypothesis state machines at 30 examples each instead of 100-300 (`make test` runs them all).
@@ -176,7 +148,7 @@ test-python-%:
 .venv-%/.installed-stamp: pyproject.toml setup.py $(NATIVE_SOURCES) | $(STAMP)
 	test -x .venv-$*/bin/python || { py=$$($(FIND_PYTHON) $*) && \
 		$(UV) venv -q --allow-existing -p "$$py" .venv-$*; }
-	$(BUILD_LOCKED) $(UV) pip install -q -p .venv-$*/bin/python -e '.[test-tiers]'
+	$(UV) pip install -q -p .venv-$*/bin/python -e '.[test-tiers]'
 	touch $@
 
 demo: $(STAMP)
