@@ -144,7 +144,7 @@ test-python-%:
 
 # only what the tiers need (the `test-tiers` extra), not Spark, the docs toolchain or linters;
 # made and filled by .venv's uv: the tiers install nothing with pip, and `python -m venv`'s
-# ensurepip cost 2.2 s of CPU per venv against uv's 0.01 s
+# ensurepip cost 2.2 s of CPU per venv, where uv makes one in 0.01 s
 .venv-%/.installed-stamp: pyproject.toml setup.py $(NATIVE_SOURCES) | $(STAMP)
 	test -x .venv-$*/bin/python || { py=$$($(FIND_PYTHON) $*) && \
 		$(UV) venv -q --allow-existing -p "$$py" .venv-$*; }

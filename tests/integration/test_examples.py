@@ -76,7 +76,7 @@ def test_every_example_is_run_from_a_clean_venv() -> None:
 def test_the_examples_wheel_is_built_from_every_source_the_package_tracks() -> None:
     """What keys the cached wheel of the work tree, and is copied for its build, holds every
     file git tracks in the package: without the native extension's .pxi files, a change to one
-    kept the key, and the examples ran a wheel of the code before it."""
+    would keep the key, and the examples would run a wheel of the code before it."""
     tracked = subprocess.run(["git", "ls-files", "aiokprod"], cwd=ROOT, capture_output=True,
                              text=True, check=False, timeout=60)
     if tracked.returncode != 0:

@@ -129,8 +129,8 @@ def _wheel(cache: Path) -> Path:
     It is built from a copy of those sources, not in the work tree: a build writes into the
     tree it runs in (Cython's generated C beside the .pyx, ``aiokprod.egg-info``), and while the
     example tests run, `make test` builds the other Pythons' venvs in the work tree. A build
-    with a new build environment generates the C again, so the two wrote and compiled the same
-    file at once."""
+    with a new build environment generates the C again, so the two could write and compile the
+    same file at once."""
     sources = wheel_sources()
     key = _digest(*(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes()
                     for p in sources))
