@@ -130,10 +130,10 @@ def _wheel(cache: Path) -> Path:
     tree it runs in (Cython's generated C beside the .pyx, ``aiokprod.egg-info``), and while the
     example tests run, `make test` builds the other Pythons' venvs in the work tree. A build
     with a new build environment generates the C again, so the two could write and compile the
-    same file at once."""
-    sources = wheel_sources()
-    key = _digest(*(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes()
-                    for p in sources))
+    same file at once. The copy is written from the bytes the key was taken from, so the wheel
+    is of exactly the sources its key names, even if the tree changes meanwhile."""
+    sources = [(path.relative_to(ROOT), path.read_bytes()) for path in wheel_sources()]
+    key = _digest(*(str(relative).encode() + b"\0" + data for relative, data in sources))
     directory = cache / "wheels" / key
     with _locked(cache / "wheels"):
         wheels = sorted(directory.glob("aiokprod-*.whl"))
@@ -141,10 +141,10 @@ def _wheel(cache: Path) -> Path:
             return wheels[0]
         shutil.rmtree(directory, ignore_errors=True)
         copy = directory / "source"
-        for path in sources:
-            target = copy / path.relative_to(ROOT)
+        for relative, data in sources:
+            target = copy / relative
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+            target.write_bytes(data)
         _run([_uv(), "build", "--wheel", "-q", "-o", str(directory), str(copy)],
              "building a wheel of the work tree", 600)
         shutil.rmtree(copy)
