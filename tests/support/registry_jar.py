@@ -21,7 +21,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from support.kafka_jars import cache_dir, java_17_missing
+from support.kafka_jars import cache_dir, java_17_missing, maven_env
 
 __all__ = ["REGISTRY_VERSION", "ensure_registry"]
 
@@ -97,7 +97,7 @@ def _build(mvn: str, cache: Path, timeout: float) -> Path | str:
 def _run(argv: list[str], timeout: float, what: str) -> str | None:
     try:
         result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                timeout=max(timeout, 1.0), check=False)
+                                timeout=max(timeout, 1.0), check=False, env=maven_env())
     except subprocess.TimeoutExpired:
         return f"Maven could not {what} within {timeout:.0f}s"
     if result.returncode != 0:

@@ -65,7 +65,7 @@ class RegistryServer:
         self.tls = make_tls_material(self.directory / "tls")
         self.port, self.tls_port = free_ports(2)
         argv = [
-            "java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+            "java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto",
             # Vert.x's file cache and other scratch in the registry's directory, not in /tmp
             f"-Djava.io.tmpdir={self.directory}",
             "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
