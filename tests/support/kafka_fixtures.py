@@ -153,15 +153,18 @@ def kafka_secure(_kafka_secure_session: KafkaCluster,
     yield from _shared(_kafka_secure_session, request)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_release(request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """One node of the release named by the indirect parameter, shared until a test asks for
-    another release (pytest then stops this one first: one extra JVM at a time). Its jars are
-    resolved into the same cache as the default release's, once per release. A release other
-    than the default one runs in the secure shape (SSL, SASL_PLAINTEXT and SASL_SSL listeners
-    besides PLAINTEXT, ``SecurityOptions()``): the handshake tests of test_kafka_versions.py
-    use it instead of starting one more node per release (~10 s each)."""
+    """One node of the release named by the indirect parameter, shared by a module's tests
+    until one asks for another release (pytest then stops this one first: one extra JVM at a
+    time), and stopped with the module: two modules use it, on different workers, and a node
+    kept for the session idled to the end of the run (7-9 minutes and 9-10 s of CPU each in
+    a cold run). Its jars are resolved into the same cache as the default release's, once
+    per release. A release other than the default one runs in the secure shape (SSL,
+    SASL_PLAINTEXT and SASL_SSL listeners besides PLAINTEXT, ``SecurityOptions()``): the
+    handshake tests of test_kafka_versions.py use it instead of starting one more node per
+    release (~10 s each)."""
     version = str(getattr(request, "param", KAFKA_VERSION))
     if version == KAFKA_VERSION:
         yield request.getfixturevalue("_kafka_session")
