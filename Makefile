@@ -38,7 +38,7 @@ TIER_MARKS := -m 'not slow and not static'
 # proves each property at its full count (tests/support/examples.py), these at a tenth of it.
 TIER_EXAMPLES := AIOKPROD_EXAMPLES_FRACTION=0.1
 
-.PHONY: test test-caches test-suite test-mypy test-bytecode test-main test-beside test-quick test-other-pythons test-pure-python demo kafka lint typecheck unit gen \
+.PHONY: test test-caches test-suite test-mypy test-bytecode test-main test-beside test-quick test-other-pythons test-pure-python demo kafka gen \
 	docs bench bench-spark clean
 
 # setup.py builds the native extension (aiokprod/_native) in place when a compiler exists.

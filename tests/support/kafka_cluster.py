@@ -522,9 +522,9 @@ class KafkaCluster:
             "group.initial.rebalance.delay.ms": "0",
             # The controller writes a no-op record to the metadata log when it has been idle
             # this long (default 500 ms), for brokers to see their metadata is current; tests
-            # need none of it. With Kafka's default heartbeat below, an idle node takes 1.1% of
-            # a core instead of 1.9% (4.4.0, 180 s each, four nodes side by side) and starts as
-            # fast; the shared nodes idle for most of a run, four of them per run at least.
+            # need none of it. With it and Kafka's default heartbeat (one node, below), an idle
+            # node takes 1.1% of a core instead of 1.9% (4.4.0, 180 s each, four nodes side by
+            # side) and starts as fast; the shared nodes idle for most of a run.
             "metadata.max.idle.interval.ms": "5000",
             # few threads: several JVMs share 2 cores
             "num.network.threads": "2",

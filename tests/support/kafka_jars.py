@@ -57,7 +57,7 @@ class KafkaJars:
 # its CPU compiling Maven with C2, which it never runs long enough to gain from. Measured on a
 # cold local repository (2 cores, nothing else running): the registry's build 48.7 s of CPU
 # without them, 30.3 s with them (wall 61-63 s, 34-42 s); a Kafka release's jars 9.7 s and
-# 7.5 s. Appended to the caller's MAVEN_OPTS, which can override them (the last flag wins).
+# 7.5 s. Put before the caller's MAVEN_OPTS, whose own flags come later and win.
 _MAVEN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
 
 
