@@ -23,6 +23,7 @@ from aiokprod.network.cluster import Cluster
 from aiokprod.telemetry.subscription import TelemetrySchedule
 from support.kafka_cluster import KafkaCluster
 from support.kafka_fixtures import KafkaFactory
+from support.kafka_jars import QUICK_JVM
 from support.waits import eventually
 
 SINK = Path(__file__).resolve().parent / "java" / "TelemetrySink.java"
@@ -33,9 +34,8 @@ def _compile_sink(libs: Path, out: Path) -> Path:
     if shutil.which("javac") is None:
         pytest.skip("javac is not installed")
     out.mkdir(parents=True, exist_ok=True)
-    # javac's JVM with C1 and the serial collector, as the brokers run: 0.9 s of CPU, not 2.1
-    subprocess.run(["javac", "-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC", "-cp",
-                    f"{libs}/*", "-d", str(out), str(SINK)], check=True,
+    subprocess.run(["javac", *(f"-J{option}" for option in QUICK_JVM), "-cp", f"{libs}/*",
+                    "-d", str(out), str(SINK)], check=True,
                    capture_output=True, timeout=120)
     return out
 

@@ -56,7 +56,13 @@ from aiokprod.protocol import (
     decode_response,
     encode_request,
 )
-from support.kafka_jars import KAFKA_VERSION, KafkaJars, ensure_kafka_jars, kafka_cache_dir
+from support.kafka_jars import (
+    KAFKA_VERSION,
+    QUICK_JVM,
+    KafkaJars,
+    ensure_kafka_jars,
+    kafka_cache_dir,
+)
 from support.kafka_security import SCRAM_MECHANISMS, SaslUser, TlsMaterial, make_tls_material
 
 __all__ = [
@@ -77,11 +83,10 @@ logger = logging.getLogger(__name__)
 
 _TAIL_LINES = 60
 _PORT_ATTEMPTS = 3
-# Small heaps and a quick JIT: start-up time matters more in tests than peak throughput, and
-# several JVMs share 2 cores. Serial GC keeps the thread count (and idle CPU) down.
+# Small heaps and a quick JIT (QUICK_JVM): start-up time matters more in tests than peak
+# throughput, and several JVMs share 2 cores. Serial GC keeps the thread count (and idle CPU) down.
 DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
-    "-Xmx512m", "-Xms256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-    "-Djava.awt.headless=true",
+    "-Xmx512m", "-Xms256m", *QUICK_JVM, "-Djava.awt.headless=true",
 )
 _CLIENT_ID = "aiokprod-kafka-fixture"
 # ConfigResource.Type.CLIENT_METRICS and AlterConfigOp.OpType SET / DELETE, as on the wire.

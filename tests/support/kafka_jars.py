@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "KAFKA_VERSION", "POM", "KafkaJars", "cache_dir", "ensure_kafka_jars",
-           "java_17_missing", "kafka_cache_dir", "maven_env"]
+__all__ = ["CACHE_ENV", "KAFKA_VERSION", "POM", "QUICK_JVM", "KafkaJars", "cache_dir",
+           "ensure_kafka_jars", "java_17_missing", "kafka_cache_dir", "maven_env"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +53,15 @@ class KafkaJars:
         return os.pathsep.join(str(jar) for jar in self.jars)
 
 
-# Maven's own JVM as the broker fixtures run theirs: a build of a minute or less spends most of
-# its CPU compiling Maven with C2, which it never runs long enough to gain from. Measured on a
-# cold local repository (2 cores, nothing else running): the registry's build 48.7 s of CPU
-# without them, 30.3 s with them (wall 61-63 s, 34-42 s); a Kafka release's jars 9.7 s and
-# 7.5 s. Put before the caller's MAVEN_OPTS, whose own flags come later and win.
-_MAVEN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
+#: How every JVM the tests start runs (Kafka nodes, Maven, javac, the registry, Spark's driver
+#: and executors): the serial collector and C1 alone. They live for seconds to minutes on two
+#: shared cores, where C2's compiler threads and a parallel collector spend CPU they never earn
+#: back. Maven's builds (cold local repository, nothing else running): the registry's 48.7 s of
+#: CPU without them, 30.3 s with them (wall 61-63 s, 34-42 s); a Kafka release's jars 9.7 s and
+#: 7.5 s. javac: 2.1 s and 0.9 s.
+QUICK_JVM: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# put before the caller's MAVEN_OPTS, whose own flags come later and win
+_MAVEN_JVM = " ".join((*QUICK_JVM, "-Xshare:auto"))
 
 
 def maven_env() -> dict[str, str]:

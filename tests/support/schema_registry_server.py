@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.kafka_cluster import free_ports
+from support.kafka_jars import QUICK_JVM
 from support.kafka_security import TlsMaterial, make_tls_material
 
 __all__ = ["RegistryServer"]
@@ -65,7 +66,7 @@ class RegistryServer:
         self.tls = make_tls_material(self.directory / "tls")
         self.port, self.tls_port = free_ports(2)
         argv = [
-            "java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto",
+            "java", "-Xmx512m", *QUICK_JVM, "-Xshare:auto",
             # Vert.x's file cache and other scratch in the registry's directory, not in /tmp
             f"-Djava.io.tmpdir={self.directory}",
             "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",

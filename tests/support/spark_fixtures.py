@@ -46,6 +46,8 @@ from typing import Any
 
 import pytest
 
+from support.kafka_jars import QUICK_JVM
+
 LOCAL = "local[2,2]"
 # two Workers of one core and 1 GiB each: one executor JVM per Worker
 CLUSTER = "local-cluster[2,1,1024]"
@@ -58,7 +60,7 @@ SHIPPED_MARK = "AIOKPROD_SHIPPED_ENVIRONMENT"
 # test_spark_exactly_once.py and test_spark_cluster.py (quiet machine): 124 s of CPU without,
 # 95 s with (wall 224 s and 212 s); test_spark_sink.py 33 s and 23 s. test_examples.py gives
 # the Spark examples the same through JDK_JAVA_OPTIONS; the benchmarks keep Spark's defaults.
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+JAVA_OPTIONS = " ".join(QUICK_JVM)
 JVM_CONFIG = {"spark.driver.extraJavaOptions": JAVA_OPTIONS,
               "spark.executor.extraJavaOptions": JAVA_OPTIONS}
 
