@@ -52,6 +52,7 @@ from aiokprod.spark._transactional import (
 )
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
+from support.spark_driver_dies import COMMITTED
 from support.spark_faults import (
     ROWS,
     arrow_batches_of,
@@ -378,11 +379,13 @@ def test_the_driver_jvm_killed_during_its_commit_and_a_rerun_give_every_row_once
     partition 1: every row once."""
     topic = kafka_topic(partitions=2)
     write_id = f"killed-{uuid.uuid4().hex[:8]}"
-    script = Path(__file__).parents[1] / "support" / "spark_driver_dies.py"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    driver = subprocess.Popen([sys.executable, str(script), kafka.bootstrap, topic, write_id,
-                               str(ROWS), str(tmp_path)], env=env, start_new_session=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tests = str(Path(__file__).parents[1])
+    python_path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": python_path}
+    driver = subprocess.Popen([sys.executable, "-m", "support.spark_driver_dies", kafka.bootstrap,
+                               topic, write_id, str(ROWS), str(tmp_path)], env=env,
+                              start_new_session=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
     try:
         output, _ = driver.communicate(timeout=240)
     finally:
@@ -390,7 +393,7 @@ def test_the_driver_jvm_killed_during_its_commit_and_a_rerun_give_every_row_once
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(30)
     text = output.decode(errors="replace")
-    assert driver.returncode != 0 and "did not die" not in text, text[-3000:]
+    assert driver.returncode != 0 and COMMITTED in text, text[-3000:]
     assert sorted(read_counts(kafka.bootstrap, topic, ROWS // 2)) == list(range(ROWS // 2)), \
         text[-3000:]
     save(frame(spark), kafka.bootstrap, topic, **{"transactional.write.id": write_id})
