@@ -1,9 +1,9 @@
 """A Spark driver that dies during the sink's commit: run as a script, in a process of its own.
 
 ``python -m support.spark_driver_dies BOOTSTRAP TOPIC WRITE_ID ROWS SCRATCH`` (``tests/`` on
-``PYTHONPATH``, as for every module of ``support``) writes ``ROWS`` string
-values in 2 Spark partitions, each to the Kafka partition of its number, through the exactly-once
-sink with ``transactional.write.id`` = WRITE_ID; its JVM's scratch files go to SCRATCH.
+``PYTHONPATH``, as for every module of ``support``) writes ``ROWS`` string values in 2 Spark
+partitions, each to the Kafka partition of its number, through the exactly-once sink with
+``transactional.write.id`` = WRITE_ID; its JVM's scratch files go to SCRATCH.
 The driver's commit commits partition 0's transaction, then SIGKILLs the driver's JVM — the
 process that holds the SparkContext, found as the commit worker's nearest ``java`` ancestor —
 and exits: no ``abort()`` runs, partition 1's transaction stays open. The test that runs this
@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# printed once partition 0's transaction is committed, just before the driver's JVM is killed:
-# the test knows the script got that far (and did not fail on its way, which exits non-zero too)
-COMMITTED = "partition 0 committed; killing the driver's JVM"
+# written into SCRATCH once partition 0's transaction is committed, just before the driver's JVM
+# is killed: the test knows the script got that far (failing on its way exits non-zero too).
+# A file, not a line on stdout: Spark relays its Python workers' output through the JVM, which
+# this kill may end before the line is passed on.
+COMMITTED = "partition-0-committed"
 
 
 def main(bootstrap: str, topic: str, write_id: str, rows: int, scratch: Path) -> None:
@@ -43,7 +45,7 @@ def main(bootstrap: str, topic: str, write_id: str, rows: int, scratch: Path) ->
                     commit_tasks(self.settings, [m.prepared for m in messages
                                                  if m is not None and m.prepared
                                                  and m.partition_id == 0])
-                    print(COMMITTED, flush=True)
+                    (scratch / COMMITTED).touch()
                     pid = os.getpid()
                     while pid > 1:  # the driver JVM: the nearest `java` ancestor
                         raw = Path(f"/proc/{pid}/stat").read_text()
