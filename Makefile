@@ -120,10 +120,15 @@ test-main: $(STAMP)
 		"beside it, in $(BESIDE_LOG): the other Pythons' tiers and the pure-Python pass"
 	$(VENV)/bin/pytest $(PYTEST_FLAGS) -n $(MAIN_WORKERS) --dist loadfile --no-loadscope-reorder
 
+# The sub-make shares test-suite's two job slots, so once the main run ends the pure-Python pass
+# starts beside the tier still running. --output-sync=target writes each pytest run's output to
+# the log in one piece when it ends (run-python-%, test-pure-python): each result line follows
+# its own "== " header (interleaved, a summary put the pure pass's count under Python 3.13).
 BESIDE_LOG := .test-beside.log
 test-beside: $(STAMP)
 	@started=$$(date +%s); \
-	$(MAKE) --no-print-directory test-other-pythons test-pure-python >$(BESIDE_LOG) 2>&1; \
+	$(MAKE) --no-print-directory --output-sync=target test-other-pythons test-pure-python \
+		>$(BESIDE_LOG) 2>&1; \
 	rc=$$?; took=$$(( $$(date +%s) - started )); \
 	if [ $$rc -eq 0 ]; then \
 		echo "== beside the main run, passed in $${took}s ($(BESIDE_LOG)):"; \
@@ -160,7 +165,10 @@ test-python-%:
 		exit 0; \
 	fi; \
 	$(MAKE) --no-print-directory .venv-$*/.installed-stamp && \
-	echo "== Python $*: $(TIER_TESTS)" && \
+	$(MAKE) --no-print-directory run-python-$*
+
+run-python-%:
+	@echo "== Python $*: $(TIER_TESTS)"
 	$(TIER_EXAMPLES) .venv-$*/bin/pytest $(PYTEST_FLAGS) $(TIER_MARKS) $(TIER_TESTS)
 
 # only what the tiers need (the `test-tiers` extra), not Spark, the docs toolchain or linters;
