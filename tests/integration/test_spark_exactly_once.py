@@ -393,7 +393,8 @@ def test_the_driver_jvm_killed_during_its_commit_and_a_rerun_give_every_row_once
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(30)
     text = output.decode(errors="replace")
-    assert driver.returncode != 0 and (tmp_path / COMMITTED).exists(), text[-3000:]
+    assert driver.returncode != 0 and "did not die" not in text, text[-3000:]
+    assert (tmp_path / COMMITTED).exists(), text[-3000:]
     assert sorted(read_counts(kafka.bootstrap, topic, ROWS // 2)) == list(range(ROWS // 2)), \
         text[-3000:]
     save(frame(spark), kafka.bootstrap, topic, **{"transactional.write.id": write_id})
