@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.child_env import python_path_first
 from support.processes import frozen
 from support.reader import read_back
 from support.uvicorn_app import serve_fastapi_example
@@ -66,9 +67,8 @@ def uvicorn_app(bootstrap: str, *, loop: str = "asyncio", log_path: Path,
     about can fail it."""
     bounds = {"AIOKPROD_MAX_BLOCK_MS": "30000", "AIOKPROD_REQUEST_TIMEOUT_MS": "20000",
               "AIOKPROD_DELIVERY_TIMEOUT_MS": "40000"}
-    child_env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, **{**bounds, **env})
-    child_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), child_env.get("PYTHONPATH", "")) if p)
+    child_env = python_path_first(
+        dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=bootstrap, **{**bounds, **env}), ROOT)
     # uvicorn closes a keep-alive connection idle for 5 s; on a loaded machine a pooled
     # connection can sit that long between two requests, and a request sent as the server
     # closes it fails with ReadError (seen under a second suite run beside this one). No test

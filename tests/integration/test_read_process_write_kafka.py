@@ -28,6 +28,7 @@ from confluent_kafka import Consumer
 
 from aiokprod import ConsumerGroupMetadata, Producer
 from aiokprod.producer.transactional.group_metadata import to_group_metadata
+from support.child_env import python_path_first
 from support.kafka_cluster import KafkaCluster
 from support.processes import threads_stopped
 from support.reader import read_back
@@ -75,8 +76,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def _copier(bootstrap: str, source: str, sink: str, group: str, consumer: str,
             instance: str, idle_s: int = 3,
             stop_after_commits: int | None = None) -> subprocess.Popen[str]:
-    env = dict(os.environ, COPIER_INSTANCE=instance, COPIER_IDLE_S=str(idle_s))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env = python_path_first(
+        dict(os.environ, COPIER_INSTANCE=instance, COPIER_IDLE_S=str(idle_s)), ROOT)
     run: list[str] = [str(EXAMPLE)]
     if stop_after_commits is not None:
         env["COPIER_STOP_AFTER_COMMITS"] = str(stop_after_commits)

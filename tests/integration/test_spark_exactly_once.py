@@ -50,6 +50,7 @@ from aiokprod.spark._transactional import (
     batch_identity,
     commit_tasks,
 )
+from support.child_env import python_path_first
 from support.kafka_cluster import KafkaCluster
 from support.reader import read_back
 from support.spark_driver_dies import COMMITTED
@@ -379,9 +380,8 @@ def test_the_driver_jvm_killed_during_its_commit_and_a_rerun_give_every_row_once
     partition 1: every row once."""
     topic = kafka_topic(partitions=2)
     write_id = f"killed-{uuid.uuid4().hex[:8]}"
-    tests = str(Path(__file__).parents[1])
-    python_path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": python_path}
+    env = python_path_first(dict(os.environ, PYSPARK_PYTHON=sys.executable),
+                            Path(__file__).parents[1])
     driver = subprocess.Popen([sys.executable, "-m", "support.spark_driver_dies", kafka.bootstrap,
                                topic, write_id, str(ROWS), str(tmp_path)], env=env,
                               start_new_session=True, stdout=subprocess.PIPE,
